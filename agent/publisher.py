@@ -1,0 +1,205 @@
+"""The agent's background sender: a bounded queue the training thread puts into, and one thread that sends.
+
+What it owns: one ZeroMQ PUSH socket (connected, never bound, so many agents can reach one collector), one
+daemon thread, a bounded ``deque``, sequence numbers and drop counters.
+
+What it must never do: block, raise into, or do I/O on the caller's thread. ``put`` is an O(1) append or a counted
+drop. Sends are ``NOBLOCK``; when the socket's high-water mark is reached (collector slow or absent) the batch is
+dropped and counted, and the counts travel in the next ``Health`` record so the app can show them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import zmq
+
+from agent import wire
+from agent.schema import Health, Hello, Record
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT: Final[str] = "tcp://127.0.0.1:5757"
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStats:
+    """Cumulative counters of one publisher."""
+
+    queued: int
+    capacity: int
+    dropped_records: int
+    sent_records: int
+    sent_batches: int
+    failed_batches: int
+    last_seq: int
+
+
+class Publisher:
+    """Batches records from any thread and sends them to ``endpoint`` from a background thread.
+
+    Args:
+        endpoint: ZeroMQ endpoint of the collector, e.g. ``tcp://10.0.0.1:5757``.
+        agent_id: unique id of this agent (goes in every message).
+        hello: called on the sender thread to get the identity record, sent first and every ``hello_interval_s``
+            so that a collector started later still learns who this agent is.
+        queue_capacity: records held before ``put`` starts dropping (and counting) new ones.
+        batch_max: most records per message.
+        flush_interval_s: how long records may wait before being sent; an unclean exit loses at most this much.
+        send_hwm: messages ZeroMQ may buffer per connection before sends fail (and are counted as drops).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        agent_id: str,
+        *,
+        hello: Callable[[], Hello] | None = None,
+        queue_capacity: int = 65_536,
+        batch_max: int = 512,
+        flush_interval_s: float = 0.05,
+        send_hwm: int = 200,
+        hello_interval_s: float = 5.0,
+        health_interval_s: float = 1.0,
+    ) -> None:
+        if queue_capacity < 1 or batch_max < 1 or flush_interval_s <= 0:
+            raise ValueError(
+                f"queue_capacity ({queue_capacity}) and batch_max ({batch_max}) must be >= 1 and "
+                f"flush_interval_s ({flush_interval_s}) > 0"
+            )
+        self.endpoint = endpoint
+        self.agent_id = agent_id
+        self._hello = hello
+        self._capacity = queue_capacity
+        self._batch_max = batch_max
+        self._flush_interval_s = flush_interval_s
+        self._send_hwm = send_hwm
+        self._hello_interval_s = hello_interval_s
+        self._health_interval_s = health_interval_s
+        self._queue: deque[Record] = deque()
+        self._dropped = 0  # written by producers (queue full) and the sender (failed sends)
+        self._sent_records = 0
+        self._sent_batches = 0
+        self._failed_batches = 0
+        self._seq = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._owner_pid = os.getpid()
+        self._closed = False
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def put(self, record: Record) -> bool:
+        """Queue a record for sending. Never blocks; returns False (and counts a drop) when the queue is full."""
+        queue = self._queue
+        if len(queue) >= self._capacity:
+            self._dropped += 1
+            return False
+        queue.append(record)
+        return True
+
+    def start(self) -> Publisher:
+        """Start the sender thread (idempotent). Returns self."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ringscope-publisher", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
+        return self
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Flush what is queued and stop, within ``timeout_s``. Safe to call twice and from ``atexit``."""
+        if self._closed or os.getpid() != self._owner_pid:
+            return  # a forked child (e.g. a data-loader worker) must not touch the parent's socket
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("ringscope: sender did not finish within %.1f s; %d records left", timeout_s,
+                            len(self._queue))
+
+    @property
+    def stats(self) -> PublisherStats:
+        """A snapshot of the counters (cheap; safe from any thread)."""
+        return PublisherStats(
+            queued=len(self._queue),
+            capacity=self._capacity,
+            dropped_records=self._dropped,
+            sent_records=self._sent_records,
+            sent_batches=self._sent_batches,
+            failed_batches=self._failed_batches,
+            last_seq=self._seq - 1,
+        )
+
+    # ---- Sender thread -------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        context = zmq.Context()
+        socket = context.socket(zmq.PUSH)
+        socket.setsockopt(zmq.SNDHWM, self._send_hwm)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.connect(self.endpoint)
+        except zmq.ZMQError as exc:
+            log.error("ringscope: cannot connect to %s (%s); telemetry is disabled for this process",
+                      self.endpoint, exc)
+            socket.close(0)
+            context.term()
+            return
+        next_hello = 0.0
+        next_health = time.monotonic() + self._health_interval_s
+        try:
+            while True:
+                stopping = self._stop.wait(self._flush_interval_s)
+                now = time.monotonic()
+                if self._hello is not None and now >= next_hello:
+                    self._queue.appendleft(self._hello())
+                    next_hello = now + self._hello_interval_s
+                if stopping or now >= next_health:
+                    self._queue.append(self._health())
+                    next_health = now + self._health_interval_s
+                self._drain(socket)
+                if stopping:
+                    break
+        except Exception:  # the sender must never take the training down; log and go quiet
+            log.exception("ringscope: telemetry sender failed; telemetry is disabled for this process")
+        finally:
+            # Give ZeroMQ a bounded moment to put the last messages on the wire, then let go.
+            socket.setsockopt(zmq.LINGER, 1000)
+            socket.close()
+            context.term()
+
+    def _drain(self, socket: zmq.Socket) -> None:
+        queue = self._queue
+        while queue:
+            batch = [queue.popleft() for _ in range(min(self._batch_max, len(queue)))]
+            payload = wire.encode(self.agent_id, self._seq, time.time(), batch)
+            self._seq += 1  # consumed even when the send fails, so the receiver sees the gap
+            try:
+                socket.send(payload, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                self._failed_batches += 1
+                self._dropped += len(batch)
+                continue
+            self._sent_batches += 1
+            self._sent_records += len(batch)
+
+    def _health(self) -> Health:
+        return Health(
+            ts_s=time.time(),
+            queue_len=len(self._queue),
+            queue_capacity=self._capacity,
+            dropped_records=self._dropped,
+            sent_records=self._sent_records,
+            sent_batches=self._sent_batches,
+            failed_batches=self._failed_batches,
+            last_seq=self._seq - 1,
+        )

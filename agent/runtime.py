@@ -1,0 +1,227 @@
+"""The object a training process holds: identity, the background publisher and the device sampler in one place.
+
+``agent.start(...)`` builds an ``Agent`` from arguments and the environment. The framework integrations
+(``agent.torch_ddp``, ``agent.tf_distribute``) and ``agent.simulate`` all report through an ``Agent``; a user who
+times their own loop can call ``Agent.step`` directly.
+
+Environment (a launcher sets these so the agents it starts reach its window):
+
+* ``RINGSCOPE_ENDPOINT``  collector endpoint (default ``tcp://127.0.0.1:5757``)
+* ``RINGSCOPE_RUN_ID``    run id shared by all processes of one training (default: ``TORCHELASTIC_RUN_ID`` or
+  ``"run-<host>-<start time>"``)
+* ``RINGSCOPE_DISABLE=1`` turn telemetry off (the API keeps working and does nothing)
+* ``RINGSCOPE_DEVICE_INTERVAL_S`` device sampling period (default 0.5)
+* ``RINGSCOPE_PRICE_PER_GPU_HOUR`` optional price, forwarded to the app for cost figures
+
+Training-thread cost: ``step`` / ``event`` build one small record and append it to a deque (a few µs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from agent.devices import DeviceProbe, DeviceSampler
+from agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
+from agent.schema import (
+    AGENT_VERSION,
+    MAX_TEXT_CHARS,
+    Event,
+    EventKind,
+    Hello,
+    Record,
+    Step,
+    schema_version_str,
+)
+
+log = logging.getLogger(__name__)
+
+ENV_ENDPOINT = "RINGSCOPE_ENDPOINT"
+ENV_RUN_ID = "RINGSCOPE_RUN_ID"
+ENV_DISABLE = "RINGSCOPE_DISABLE"
+ENV_DEVICE_INTERVAL = "RINGSCOPE_DEVICE_INTERVAL_S"
+ENV_PRICE = "RINGSCOPE_PRICE_PER_GPU_HOUR"
+
+
+class Agent:
+    """Reports one training process's telemetry. Create with ``agent.start``; all methods are non-blocking.
+
+    Attributes:
+        identity: the ``Hello`` record describing this process (rank(s), framework, devices...).
+    """
+
+    def __init__(self, identity: Hello, publisher: Publisher | None, sampler: DeviceSampler | None) -> None:
+        self.identity = identity
+        self._publisher = publisher
+        self._sampler = sampler
+        self._put = publisher.put if publisher is not None else _discard
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        """False when telemetry is switched off (``RINGSCOPE_DISABLE=1``)."""
+        return self._publisher is not None
+
+    def step(
+        self,
+        rank: int,
+        step: int,
+        start_s: float,
+        end_s: float,
+        *,
+        data_wait_s: float | None = None,
+        compute_s: float | None = None,
+        comm_s: float | None = None,
+        comm_exposed_s: float | None = None,
+        samples: int | None = None,
+        loss: float | None = None,
+        bucket_count: int | None = None,
+        bucket_bytes: int | None = None,
+        first_batch: bool = False,
+        epoch: int | None = None,
+    ) -> None:
+        """Record one finished step of ``rank``. Times are ``time.time()`` seconds; phases in seconds or None."""
+        self._put(
+            Step(rank, step, start_s, end_s, end_s - start_s, data_wait_s, compute_s, comm_s, comm_exposed_s,
+                 samples, loss, bucket_count, bucket_bytes, first_batch, epoch)
+        )
+
+    def event(
+        self,
+        event: str,
+        *,
+        rank: int | None = None,
+        step: int | None = None,
+        duration_s: float | None = None,
+        bytes: int | None = None,  # noqa: A002 - the schema's field name
+        text: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        """Record an event (see ``EventKind``): checkpoint saved/restored, restart, epoch, error, finished."""
+        if text is not None and len(text) > MAX_TEXT_CHARS:
+            text = text[: MAX_TEXT_CHARS - 20] + " ...[truncated]"
+        self._put(Event(time.time(), event, rank, step, duration_s, bytes, text, epoch))
+
+    def put(self, record: Record) -> None:
+        """Queue any schema record (for integrations that build records themselves)."""
+        self._put(record)
+
+    @property
+    def stats(self) -> PublisherStats | None:
+        """Queue and drop counters, or None when disabled."""
+        return None if self._publisher is None else self._publisher.stats
+
+    def close(self, timeout_s: float = 2.0, *, finished: bool = True) -> None:
+        """Send a ``finished`` event (unless told not to), flush within ``timeout_s`` and stop the threads."""
+        if self._publisher is None:
+            return
+        if finished:
+            self.event(EventKind.FINISHED, rank=self.identity.rank)
+        if self._sampler is not None:
+            self._sampler.close()
+        self._publisher.close(timeout_s)
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            self.event(EventKind.ERROR, rank=self.identity.rank, text=f"{exc_type.__name__}: {exc}")
+        self.close()
+
+
+def start(
+    *,
+    framework: str,
+    strategy: str,
+    rank: int = 0,
+    local_rank: int = 0,
+    world_size: int = 1,
+    ranks: Sequence[int] | None = None,
+    node_rank: int | None = None,
+    backend: str | None = None,
+    devices: Sequence[dict[str, Any]] = (),
+    endpoint: str | None = None,
+    run_id: str | None = None,
+    sample_devices: bool = True,
+    gpu_indices: Sequence[int] | None = None,
+    rank_of_gpu: dict[int, int] | None = None,
+    device_interval_s: float | None = None,
+    queue_capacity: int = 65_536,
+    flush_interval_s: float = 0.05,
+) -> Agent:
+    """Build and start an ``Agent``. Arguments override the environment (see module docstring).
+
+    ``ranks`` defaults to ``[rank]``; a process driving several replicas (MirroredStrategy) lists them all.
+    ``gpu_indices`` are NVML indices to sample (map CUDA devices by UUID/PCI id, not index, under
+    ``CUDA_VISIBLE_DEVICES``); ``rank_of_gpu`` tags each GPU's samples with the rank using it.
+    """
+    endpoint = endpoint or os.environ.get(ENV_ENDPOINT) or DEFAULT_ENDPOINT
+    run_id = run_id or os.environ.get(ENV_RUN_ID) or os.environ.get("TORCHELASTIC_RUN_ID") or _default_run_id()
+    host = socket.gethostname()
+    pid = os.getpid()
+    agent_id = f"{host}:{pid}:{uuid.uuid4().hex[:8]}"
+    identity = Hello(
+        run_id=run_id,
+        agent_id=agent_id,
+        host=host,
+        pid=pid,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        node_rank=node_rank,
+        ranks=list(ranks) if ranks is not None else [rank],
+        framework=framework,
+        strategy=strategy,
+        backend=backend,
+        devices=[dict(d) for d in devices],
+        agent_version=AGENT_VERSION,
+        schema_version=schema_version_str(),
+        clock_wall_s=time.time(),
+        clock_mono_s=time.monotonic(),
+        started_s=time.time(),
+        price_per_gpu_hour=_env_float(ENV_PRICE),
+    )
+    if os.environ.get(ENV_DISABLE, "").strip() in {"1", "true", "yes"}:
+        return Agent(identity, None, None)
+
+    def hello() -> Hello:
+        identity.clock_wall_s, identity.clock_mono_s = time.time(), time.monotonic()
+        return identity
+
+    publisher = Publisher(
+        endpoint, agent_id, hello=hello, queue_capacity=queue_capacity, flush_interval_s=flush_interval_s
+    ).start()
+    sampler = None
+    if sample_devices:
+        interval = device_interval_s or _env_float(ENV_DEVICE_INTERVAL) or 0.5
+        probe = DeviceProbe(gpu_indices, rank_of_gpu)
+        sampler = DeviceSampler(probe, publisher.put, interval).start()
+    agent = Agent(identity, publisher, sampler)
+    agent.event(EventKind.STARTED, rank=rank)
+    return agent
+
+
+def _default_run_id() -> str:
+    return f"run-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _env_float(name: str) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        log.warning("ringscope: ignoring %s=%r (not a number)", name, raw)
+        return None
+
+
+def _discard(record: Record) -> bool:
+    return False

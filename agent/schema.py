@@ -1,0 +1,314 @@
+"""THE Ringscope telemetry schema: every record kind, its fields, their units, and the version rule.
+
+This module owns the vocabulary both sides speak. The wire format (``agent.wire``), the collector's live store,
+the SQLite recorder's tables and the views all derive from the ``FIELDS`` tables below; nothing else defines a
+field. It must stay cheap to import: stdlib only, never torch, tensorflow, zmq or Qt.
+
+Versioning (``SCHEMA_VERSION = (major, minor)``):
+
+* **Minor** changes are compatible: a new *optional* field appended at the *end* of a record kind, or a new record
+  kind. A receiver fills fields missing from an older sender with ``None`` and ignores trailing fields it does not
+  know from a newer sender; an unknown record kind is counted and skipped.
+* **Major** changes are everything else: renaming, removing, reordering or retyping a field. A receiver rejects a
+  message whose major version differs from its own, with a message that names both versions.
+
+Conventions: units are in field names (``_s`` seconds, ``_bytes``, ``_pct`` 0..100, ``_w`` watts, ``_c`` Celsius,
+``_mhz``, ``_j`` joules). Timestamps ending in ``_s`` that are points in time (``ts_s``, ``start_s``, ``end_s``) are
+Unix wall-clock seconds (``time.time()``) so that hosts can be put on one time axis. A missing reading is ``None``,
+never 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+SCHEMA_VERSION: Final[tuple[int, int]] = (1, 0)
+"""(major, minor). See the module docstring for what each part may change."""
+
+AGENT_VERSION: Final[str] = "0.1.0"
+
+MAX_TEXT_CHARS: Final[int] = 16_384
+"""Longest string accepted in any text field (error texts are truncated to this by the agent)."""
+
+
+# ---- Enumerations (kept as plain strings on the wire) ------------------------------------------------------------
+
+FRAMEWORKS: Final[frozenset[str]] = frozenset({"pytorch", "tensorflow", "simulated", "other"})
+STRATEGIES: Final[frozenset[str]] = frozenset(
+    {"ddp", "mirrored", "multi_worker_mirrored", "simulated", "single", "other"}
+)
+
+
+class EventKind:
+    """Values of ``Event.event``. Receivers accept unknown values (a newer agent may send more)."""
+
+    STARTED: Final = "started"
+    CHECKPOINT_SAVED: Final = "checkpoint_saved"
+    CHECKPOINT_RESTORED: Final = "checkpoint_restored"
+    RESTART: Final = "restart"
+    EPOCH: Final = "epoch"
+    ERROR: Final = "error"
+    WARNING: Final = "warning"
+    FINISHED: Final = "finished"
+
+    ALL: Final[frozenset[str]] = frozenset(
+        {STARTED, CHECKPOINT_SAVED, CHECKPOINT_RESTORED, RESTART, EPOCH, ERROR, WARNING, FINISHED}
+    )
+
+
+class GpuStatus:
+    """Values of ``HostSample.gpu_status``: an explicit statement of whether GPU readings exist."""
+
+    OK: Final = "ok"
+    NO_GPU: Final = "no_gpu"  # NVML library or driver absent, or zero devices
+    NVML_ERROR: Final = "nvml_error"  # NVML present but failing (permissions, driver mismatch)
+
+
+# ---- Field descriptions ------------------------------------------------------------------------------------------
+
+# A field's wire type: the Python types a decoded value may have. ``None`` is allowed for every optional field.
+_INT: Final = (int,)
+_FLOAT: Final = (float, int)
+_STR: Final = (str,)
+_BOOL: Final = (bool,)
+_LIST: Final = (list, tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One field of a record kind: its name (with unit), accepted wire types, whether it may be ``None``."""
+
+    name: str
+    types: tuple[type, ...]
+    optional: bool
+    doc: str
+
+    @property
+    def sql_type(self) -> str:
+        """The SQLite column affinity for this field (lists are stored as JSON text)."""
+        if self.types is _FLOAT:
+            return "REAL"
+        if self.types is _INT or self.types is _BOOL:
+            return "INTEGER"
+        return "TEXT"
+
+
+def _f(name: str, types: tuple[type, ...], doc: str, *, optional: bool = True) -> FieldSpec:
+    return FieldSpec(name, types, optional, doc)
+
+
+# ---- Record kinds ------------------------------------------------------------------------------------------------
+# Each record is a slotted dataclass whose field order IS the wire order. Append new optional fields at the end only.
+
+
+@dataclass(slots=True)
+class Hello:
+    """Identity of one agent (one training process). Sent first and re-sent periodically.
+
+    ``ranks`` lists the global ranks (replicas) this agent reports for: one for a DDP rank, several for a
+    MirroredStrategy process (one per replica/device), ``num_local_replicas`` for each MultiWorker worker.
+    """
+
+    KIND: ClassVar[str] = "hello"
+    run_id: str
+    agent_id: str
+    host: str
+    pid: int
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int | None
+    ranks: list[int]
+    framework: str
+    strategy: str
+    backend: str | None
+    devices: list[dict[str, Any]]
+    agent_version: str
+    schema_version: str
+    clock_wall_s: float
+    clock_mono_s: float
+    started_s: float
+    price_per_gpu_hour: float | None = None
+
+
+@dataclass(slots=True)
+class Step:
+    """One training step of one rank (replica). ``step_s`` = ``end_s - start_s``.
+
+    Phases (see shared MEASURING.md): ``data_wait_s`` blocked waiting for the batch; ``compute_s`` forward +
+    backward + optimizer; ``comm_s`` wall time of gradient all-reduce(s); ``comm_exposed_s`` the part of comm the
+    rank actually waited for (the AllReduce stall). other = step_s - data_wait_s - compute_s - comm_exposed_s.
+    ``first_batch`` marks a step whose data wait includes iterator/worker start-up (keep out of steady averages).
+    """
+
+    KIND: ClassVar[str] = "step"
+    rank: int
+    step: int
+    start_s: float
+    end_s: float
+    step_s: float
+    data_wait_s: float | None = None
+    compute_s: float | None = None
+    comm_s: float | None = None
+    comm_exposed_s: float | None = None
+    samples: int | None = None
+    loss: float | None = None
+    bucket_count: int | None = None
+    bucket_bytes: int | None = None
+    first_batch: bool = False
+    epoch: int | None = None
+
+
+@dataclass(slots=True)
+class GpuSample:
+    """One NVML reading of one GPU. Every reading the board does not support is ``None``."""
+
+    KIND: ClassVar[str] = "gpu"
+    ts_s: float
+    host: str
+    gpu_index: int
+    uuid: str | None = None
+    name: str | None = None
+    rank: int | None = None
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle_reasons: int | None = None
+
+
+@dataclass(slots=True)
+class HostSample:
+    """One reading of the host: CPU, memory, this process, and an explicit GPU presence statement."""
+
+    KIND: ClassVar[str] = "host"
+    ts_s: float
+    host: str
+    cpu_pct: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    process_cpu_pct: float | None = None
+    process_rss_bytes: int | None = None
+    gpu_count: int = 0
+    gpu_status: str = GpuStatus.NO_GPU
+    gpu_status_detail: str | None = None
+
+
+@dataclass(slots=True)
+class Event:
+    """Something that happened once: checkpoint saved/restored, restart, epoch, error, finished."""
+
+    KIND: ClassVar[str] = "event"
+    ts_s: float
+    event: str
+    rank: int | None = None
+    step: int | None = None
+    duration_s: float | None = None
+    bytes: int | None = None
+    text: str | None = None
+    epoch: int | None = None
+
+
+@dataclass(slots=True)
+class Health:
+    """The agent's own health: its queue and what it had to drop. Counters are cumulative since start."""
+
+    KIND: ClassVar[str] = "health"
+    ts_s: float
+    queue_len: int
+    queue_capacity: int
+    dropped_records: int
+    sent_records: int
+    sent_batches: int
+    failed_batches: int
+    last_seq: int
+
+
+Record = Hello | Step | GpuSample | HostSample | Event | Health
+
+RECORD_TYPES: Final[tuple[type, ...]] = (Hello, Step, GpuSample, HostSample, Event, Health)
+KINDS: Final[dict[str, type]] = {cls.KIND: cls for cls in RECORD_TYPES}  # type: ignore[attr-defined]
+
+_DOCS: Final[dict[str, str]] = {
+    "data_wait_s": "Seconds the training loop was blocked waiting for this step's batch (incl. sync H2D copy).",
+    "compute_s": "Seconds of forward + backward + optimizer work on this rank.",
+    "comm_s": "Wall-clock seconds of the gradient all-reduce(s), overlapped or not.",
+    "comm_exposed_s": "AllReduce stall: seconds this rank waited for communication not hidden behind compute "
+    "(includes waiting for the slowest rank).",
+    "step_s": "Wall-clock seconds of the whole step.",
+    "util_pct": "NVML utilization: share of time some kernel ran on the GPU over the last 1/6-1 s. "
+    "Not SM occupancy.",
+}
+
+
+def _types_for(annotation: str) -> tuple[tuple[type, ...], bool]:
+    optional = "None" in annotation
+    base = annotation.replace("| None", "").strip()
+    if base.startswith("list"):
+        return _LIST, optional
+    table: dict[str, tuple[type, ...]] = {"int": _INT, "float": _FLOAT, "str": _STR, "bool": _BOOL}
+    return table[base], optional
+
+
+def _field_specs(cls: type) -> tuple[FieldSpec, ...]:
+    specs = []
+    for f in dataclasses.fields(cls):
+        types, optional = _types_for(str(f.type))
+        specs.append(FieldSpec(f.name, types, optional, _DOCS.get(f.name, "")))
+    return tuple(specs)
+
+
+FIELDS: Final[dict[str, tuple[FieldSpec, ...]]] = {kind: _field_specs(cls) for kind, cls in KINDS.items()}
+"""Per record kind, its fields in wire order. The one table everything else derives from."""
+
+FIELD_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    kind: tuple(spec.name for spec in specs) for kind, specs in FIELDS.items()
+}
+
+REQUIRED_COUNT: Final[dict[str, int]] = {
+    kind: sum(1 for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING)
+    for kind, cls in KINDS.items()
+}
+"""How many leading fields a sender of this major version always sends (those without defaults)."""
+
+
+def schema_version_str() -> str:
+    """The version as ``"major.minor"``."""
+    return f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
+
+
+def field_doc(name: str) -> str:
+    """A one-line human description of a metric field, for tooltips and reports ('' if none)."""
+    return _DOCS.get(name, "")
+
+
+__all__ = [
+    "AGENT_VERSION",
+    "FIELDS",
+    "FIELD_NAMES",
+    "FRAMEWORKS",
+    "KINDS",
+    "MAX_TEXT_CHARS",
+    "RECORD_TYPES",
+    "REQUIRED_COUNT",
+    "SCHEMA_VERSION",
+    "STRATEGIES",
+    "Event",
+    "EventKind",
+    "FieldSpec",
+    "GpuSample",
+    "GpuStatus",
+    "Health",
+    "HostSample",
+    "Hello",
+    "Record",
+    "Step",
+    "field_doc",
+    "schema_version_str",
+]

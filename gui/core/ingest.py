@@ -1,0 +1,69 @@
+"""The contract between the collector and whatever consumes what it receives (live store, recorder).
+
+The collector thread calls every registered ``IngestSink``; sinks must be fast and thread-safe (they run on the
+collector's thread, never the Qt thread) and must never raise (an exception in one sink is logged by the
+collector and does not stop the others).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent.wire import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Messages from one agent that never arrived: sequence numbers ``expected_seq .. got_seq - 1``."""
+
+    agent_id: str
+    expected_seq: int
+    got_seq: int
+    ts_s: float
+
+    @property
+    def missing(self) -> int:
+        """How many messages are missing."""
+        return self.got_seq - self.expected_seq
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A message that was not accepted: why (stable short code), in words, and when."""
+
+    reason: str  # "malformed" | "type" | "version" | "oversized" | "unknown_kind"
+    detail: str
+    ts_s: float
+    size_bytes: int
+
+
+@dataclass(slots=True)
+class IngestCounters:
+    """Cumulative counters of one collector (read by the status bar and ``ringscope info``)."""
+
+    messages: int = 0
+    records: int = 0
+    bytes: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    gaps: int = 0  # gap events
+    missing_messages: int = 0  # messages lost in those gaps
+    agents: int = 0
+
+    @property
+    def rejected_total(self) -> int:
+        """All rejected messages, whatever the reason."""
+        return sum(self.rejected.values())
+
+
+class IngestSink(Protocol):
+    """Receives what the collector accepted, on the collector's thread."""
+
+    def on_batch(self, batch: Batch, recv_s: float) -> None:
+        """A validated message arrived (``recv_s`` = ``time.time()`` at receipt)."""
+
+    def on_gap(self, gap: Gap) -> None:
+        """Messages from an agent were lost (sequence numbers skipped)."""
+
+    def on_rejection(self, rejection: Rejection) -> None:
+        """A message was rejected; ``rejection.detail`` says why in words a user can act on."""
