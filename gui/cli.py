@@ -51,10 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ringscope`` console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "-v", "--verbose"):
-        args_list.insert(0, "window")
-    if args_list in (["-v"], ["--verbose"]):
-        args_list.append("window")
+    # `ringscope [--verbose] [window options]` opens the window: insert the default sub-command.
+    first_positional = next((a for a in args_list if not a.startswith("-")), None)
+    wants_help = any(a in ("-h", "--help") for a in args_list) and first_positional is None
+    if not wants_help and first_positional not in COMMANDS:
+        verbose = [a for a in args_list if a in ("-v", "--verbose")]
+        args_list = [*verbose, "window", *[a for a in args_list if a not in verbose]]
     parser = build_parser()
     args = parser.parse_args(args_list)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
