@@ -186,6 +186,50 @@ class DeviceSampler:
             self._stop.wait(self._interval_s)
 
 
+def nvml_index_of_cuda_device(uuid: str | None, pci_bus_id: tuple[int, int, int] | None = None) -> int | None:
+    """The NVML index of the GPU a framework calls by ``uuid`` (or PCI ``(domain, bus, device)``), else ``None``.
+
+    CUDA numbers devices after ``CUDA_VISIBLE_DEVICES`` (and by speed unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``);
+    NVML numbers all devices by PCI order. So ``cuda:0`` is matched by identity, never by index. UUIDs compare
+    without their ``GPU-``/``MIG-`` prefix and case. Never raises; ``None`` without NVML or without a match.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver, no permission: nothing to map to
+        return None
+    try:
+        wanted = _bare_uuid(uuid)
+        count = _call(pynvml.nvmlDeviceGetCount) or 0
+        by_pci: int | None = None
+        for index in range(count):
+            handle = _call(pynvml.nvmlDeviceGetHandleByIndex, index)
+            if handle is None:
+                continue
+            if wanted is not None and _bare_uuid(_text(_call(pynvml.nvmlDeviceGetUUID, handle))) == wanted:
+                return index
+            pci = _call(pynvml.nvmlDeviceGetPciInfo, handle)
+            seen = (getattr(pci, "domain", None), getattr(pci, "bus", None), getattr(pci, "device", None))
+            if pci_bus_id is not None and seen == tuple(pci_bus_id):
+                by_pci = index
+        return by_pci
+    finally:
+        _call(pynvml.nvmlShutdown)  # NVML counts init/shutdown pairs: the sampler's own handle stays valid
+
+
+def _bare_uuid(uuid: str | None) -> str | None:
+    if not uuid:
+        return None
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return text
+
+
 # ---- Helpers -----------------------------------------------------------------------------------------------------
 
 

@@ -4,8 +4,9 @@ What it owns: one ZeroMQ PUSH socket (connected, never bound, so many agents can
 daemon thread, a bounded ``deque``, sequence numbers and drop counters.
 
 What it must never do: block, raise into, or do I/O on the caller's thread. ``put`` is an O(1) append or a counted
-drop. Sends are ``NOBLOCK``; when the socket's high-water mark is reached (collector slow or absent) the batch is
-dropped and counted, and the counts travel in the next ``Health`` record so the app can show them.
+drop. Sends are ``NOBLOCK``; while the socket's high-water mark is reached (collector slow or absent) records wait
+in the bounded queue and what does not fit is dropped and counted; the counts travel in the next ``Health`` record
+so the app can show them.
 """
 
 from __future__ import annotations
@@ -180,6 +181,11 @@ class Publisher:
     def _drain(self, socket: zmq.Socket) -> None:
         queue = self._queue
         while queue:
+            # Encoding a batch only to have ZeroMQ refuse it wastes CPU (and the GIL) in the training process
+            # whenever the collector is absent or slow; leave the records queued instead: the bounded queue then
+            # counts the drops in put(), and a collector that catches up still gets them.
+            if not socket.poll(0, zmq.POLLOUT):
+                break
             batch = [queue.popleft() for _ in range(min(self._batch_max, len(queue)))]
             payload = wire.encode(self.agent_id, self._seq, time.time(), batch)
             self._seq += 1  # consumed even when the send fails, so the receiver sees the gap

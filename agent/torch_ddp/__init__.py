@@ -1,0 +1,103 @@
+"""Ringscope for PyTorch DDP: per-rank step phases, AllReduce stall, data-loader wait, checkpoints, restarts.
+
+Add it to a DDP training script in three lines::
+
+    from agent.torch_ddp import instrument
+
+    probe = instrument(ddp_model, loader)              # after DDP(...), before the first backward
+    for x, y in probe.loader:                          # the loader, with next() timed
+        loss = loss_fn(ddp_model(x), y); loss.backward(); optimizer.step(); optimizer.zero_grad()
+        probe.step_done(samples=len(x), loss=loss)     # a tensor is fine: never .item() on CUDA
+    probe.close()                                      # or: with instrument(...) as probe:
+
+or ``with probe.step(samples=n) as s: ...; s.loss = loss``. Options of ``instrument``:
+
+* ``comm_hook=..., comm_state=...`` your DDP communication hook and its state (fp16/bf16 compression, PowerSGD
+  with its ``PowerSGDState``...). Ringscope *wraps* it (DDP allows one hook); without one it wraps plain
+  all-reduce. ``comm_hook_for("fp16"|"bf16"|"powersgd"|"none")`` returns the built-in pairs.
+* ``to_device=device`` moves each batch there inside the timed ``next()`` (its synchronous part is data wait).
+* ``agent=`` an ``agent.Agent`` you started yourself; otherwise one is started from torchrun's environment
+  (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``GROUP_RANK``), the process group's backend, and the model's device
+  (a GPU is mapped to its NVML index by UUID, so samples are tagged with this rank). ``RINGSCOPE_ENDPOINT``,
+  ``RINGSCOPE_RUN_ID`` and ``RINGSCOPE_DISABLE`` apply (see ``agent.runtime``).
+
+Checkpoints and restarts: ``with probe.checkpoint(path): torch.save(state, path)`` (times the save, reports the
+file's bytes) or ``probe.checkpoint_saved(path_or_bytes, duration_s)``; after loading one,
+``probe.checkpoint_restored(path, duration_s, step=steps_done)`` continues the step numbering. When torchrun
+restarted the workers (``TORCHELASTIC_RESTART_COUNT`` > 0) a ``restart`` event is sent at start.
+
+What is measured, per step and rank (definitions in ``agent.torch_ddp.timing``): data_wait_s, compute_s, comm_s,
+comm_exposed_s (the AllReduce stall), step_s, samples, loss, bucket count and bytes. CPU/gloo uses host clocks;
+CUDA/NCCL uses CUDA events read a step or two later with ``query()``, never a synchronize. The backward pass is
+assumed to run on the default stream (true unless the user moves it to another stream).
+
+This package is the only part of ``agent`` that imports torch, and only when ``instrument`` (or a submodule) is
+imported: ``import agent`` stays framework-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent.runtime import Agent, start
+from agent.schema import EventKind
+from agent.torch_ddp.hook import COMPRESSIONS, comm_hook_for
+from agent.torch_ddp.identity import RankIdentity, rank_identity
+from agent.torch_ddp.probe import Probe, StepReport, TimedLoader, register_timing_hook
+
+
+def instrument(
+    ddp_model: Any,
+    loader: Iterable[Any] | None = None,
+    *,
+    comm_hook: Callable[[Any, Any], Any] | None = None,
+    comm_state: Any = None,
+    to_device: Any = None,
+    agent: Agent | None = None,
+    endpoint: str | None = None,
+    run_id: str | None = None,
+) -> Probe:
+    """Instrument a ``DistributedDataParallel`` model (and its loader) on this rank; returns the ``Probe``.
+
+    Call after wrapping the model in DDP and before the first backward (DDP takes a comm hook only then).
+    Raises ``ValueError`` when ``ddp_model`` is not a DDP model or already has a comm hook.
+    """
+    if not hasattr(ddp_model, "register_comm_hook"):
+        raise ValueError(
+            f"instrument() needs a torch.nn.parallel.DistributedDataParallel model, got {type(ddp_model).__name__}; "
+            "wrap the model with DDP(model) first"
+        )
+    if getattr(ddp_model, "_comm_hooks", None):
+        raise ValueError(
+            "this DDP model already has a communication hook and DDP allows only one; instead of registering it "
+            "yourself, pass it to instrument(model, loader, comm_hook=hook, comm_state=state) so Ringscope wraps it"
+        )
+    identity = rank_identity(ddp_model)
+    owns_agent = agent is None
+    if agent is None:
+        agent = start(
+            framework="pytorch", strategy="ddp", rank=identity.rank, local_rank=identity.local_rank,
+            world_size=identity.world_size, node_rank=identity.node_rank, backend=identity.backend,
+            devices=identity.devices, endpoint=endpoint, run_id=run_id,
+            gpu_indices=None if identity.nvml_index is None else [identity.nvml_index],
+            rank_of_gpu=None if identity.nvml_index is None else {identity.nvml_index: identity.rank},
+        )
+    probe = Probe(ddp_model, agent, identity, owns_agent=owns_agent)
+    register_timing_hook(probe, comm_hook, comm_state)
+    if loader is not None:
+        probe.loader = probe.wrap_loader(loader, to_device=to_device)
+    if identity.restart_count > 0:
+        agent.event(EventKind.RESTART, rank=identity.rank, text=f"torchrun restart {identity.restart_count}")
+    return probe
+
+
+__all__ = [
+    "COMPRESSIONS",
+    "Probe",
+    "RankIdentity",
+    "StepReport",
+    "TimedLoader",
+    "comm_hook_for",
+    "instrument",
+]

@@ -1,0 +1,63 @@
+"""Ingest throughput: N simulated ranks x R steps/s -> collector + recorder (this process) -> SQLite.
+
+Reports records/s decoded and recorded, loss (sent by the agents vs recorded; gaps), and the CPU of the
+collector process (this one: the simulated ranks run in their own processes).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.simulate import run_cluster
+from gui.core.collector import Collector
+from gui.core.recorder import Recorder
+
+
+def measure(ranks: int, steps_per_second: float, duration_s: float) -> list[dict[str, Any]]:
+    """One run; rows named after its size."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bench.db"
+        recorder = Recorder(path).start()
+        collector = Collector("tcp://127.0.0.1:0", [recorder]).start()
+        cpu_start, wall_start = time.process_time(), time.monotonic()
+        try:
+            result = run_cluster(ranks, endpoint=collector.endpoint, steps_per_second=steps_per_second,
+                                 duration_s=duration_s)
+            deadline = time.monotonic() + 30
+            while collector.counters.records < result.sent_records and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cpu_s, wall_s = time.process_time() - cpu_start, time.monotonic() - wall_start
+        finally:
+            collector.close()
+            recorder.close(60)
+        counters = collector.counters
+        file_mb = path.stat().st_size / 1e6
+    size = f"{ranks} ranks x {steps_per_second:g} steps/s"
+    lost = result.sent_records - recorder.rows_written
+    return [
+        {"benchmark": "ingest", "metric": f"{size}: records recorded per s",
+         "value": recorder.rows_written / result.run_s, "unit": "records/s",
+         "note": f"{recorder.rows_written} records over a {result.run_s:.1f} s run"},
+        {"benchmark": "ingest", "metric": f"{size}: achieved steps/s per rank", "value": result.steps_per_second,
+         "unit": "steps/s", "note": f"{result.steps} steps; {result.processes} sim processes, {result.agents} agents"},
+        {"benchmark": "ingest", "metric": f"{size}: lost (sent - recorded)", "value": float(lost), "unit": "records",
+         "note": f"gaps {counters.gaps} (missing msgs {counters.missing_messages}); agents dropped "
+                 f"{result.dropped_records}; recorder dropped {recorder.dropped_records}"},
+        {"benchmark": "ingest", "metric": f"{size}: collector+recorder CPU per record",
+         "value": cpu_s / max(1, recorder.rows_written) * 1e6, "unit": "µs CPU",
+         "note": f"{cpu_s:.1f} s CPU in {wall_s:.1f} s incl. simulator start-up; file {file_mb:.0f} MB"},
+        {"benchmark": "ingest", "metric": f"{size}: collector+recorder CPU at this rate",
+         "value": 100.0 * cpu_s / max(1, recorder.rows_written) * (recorder.rows_written / result.run_s),
+         "unit": "% of 1 core", "note": "CPU per record x records per second of the run"},
+    ]
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Quick: 64 ranks x 100 steps/s for 3 s. Full: also 1024 ranks x 100 steps/s for 5 s."""
+    rows = measure(64, 100, 3.0)
+    if not quick:
+        rows += measure(1024, 100, 5.0)
+    return rows

@@ -1,0 +1,32 @@
+"""Print a JSON summary of a session file: ringscope info SESSION.db.
+
+Run ids, ranks, steps per rank, time span, gaps, drops, rejected messages by reason, events, agents, file size.
+Exit code 2 with a one-line message when the file is not a readable Ringscope session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gui.core.session import SessionFileError, summarize
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ringscope info``."""
+    parser.add_argument("session", metavar="SESSION.db", help="a file written by 'ringscope record' or the app")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the summary; 2 on a bad file."""
+    try:
+        summary = summarize(args.session)
+    except SessionFileError as exc:
+        print(f"ringscope info: {exc}", file=sys.stderr)
+        return 2
+    try:
+        print(json.dumps(summary, indent=2))
+    except BrokenPipeError:  # `ringscope info S.db | head`: the reader has seen enough
+        sys.stderr.close()
+    return 0

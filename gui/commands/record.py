@@ -1,0 +1,80 @@
+"""Record telemetry headlessly into a session file: ringscope record --out SESSION.db [--bind ENDPOINT].
+
+Prints where it listens, a one-line progress report to stderr every few seconds, and stops cleanly on Ctrl-C or
+SIGTERM with everything received written to the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from gui.core.collector import DEFAULT_BIND, Collector, CollectorError
+from gui.core.recorder import Recorder
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ringscope record``."""
+    parser.add_argument("--out", required=True, metavar="SESSION.db", help="session file to create (must not exist)")
+    parser.add_argument("--bind", default=DEFAULT_BIND, metavar="ENDPOINT",
+                        help=f"ZeroMQ endpoint to listen on (default {DEFAULT_BIND}: this machine only; "
+                             "use tcp://0.0.0.0:5757 to accept agents from other hosts)")
+    parser.add_argument("--progress-s", type=float, default=5.0, metavar="S",
+                        help="seconds between progress lines on stderr (0: none)")
+    parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Record until interrupted; 0 on a clean stop, 2 when the file or endpoint cannot be used."""
+    recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)})
+    try:
+        recorder.start()
+    except (OSError, ValueError) as exc:
+        print(f"ringscope record: cannot create {args.out}: {exc}", file=sys.stderr)
+        return 2
+    collector = Collector(args.bind, [recorder])
+    try:
+        collector.start()
+    except CollectorError as exc:
+        recorder.close()
+        recorder.path.unlink(missing_ok=True)
+        print(f"ringscope record: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(f"ringscope record: listening on {collector.endpoint}, writing {recorder.path} "
+          f"(agents: RINGSCOPE_ENDPOINT={collector.endpoint}); Ctrl-C to stop", flush=True)
+    started = time.monotonic()
+    try:
+        while not stop.wait(args.progress_s if args.progress_s > 0 else 1.0):
+            if args.duration is not None and time.monotonic() - started >= args.duration:
+                break
+            if args.progress_s > 0:
+                _progress(collector, recorder, time.monotonic() - started)
+    finally:
+        collector.close()
+        recorder.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    counters = collector.counters
+    print(f"ringscope record: stopped; {recorder.rows_written} records from {counters.agents} agent(s) in "
+          f"{recorder.path} ({recorder.file_bytes / 1e6:.1f} MB); gaps {counters.gaps}, "
+          f"rejected {counters.rejected_total}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _progress(collector: Collector, recorder: Recorder, elapsed_s: float) -> None:
+    counters = collector.counters
+    print(f"[{elapsed_s:7.1f} s] agents {counters.agents}  received {counters.records}  written "
+          f"{recorder.rows_written}  gaps {counters.gaps} (missing {counters.missing_messages})  "
+          f"rejected {counters.rejected_total}  dropped {recorder.dropped_records}  "
+          f"{recorder.file_bytes / 1e6:.1f} MB", file=sys.stderr, flush=True)

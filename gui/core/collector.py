@@ -1,0 +1,261 @@
+"""The app's ingest end: one ZeroMQ PULL socket that many agents connect to, validation, gaps, fan-out to sinks.
+
+What it owns: a ZeroMQ context and PULL socket (bound, default loopback only), one receive thread, per-agent
+sequence tracking and the ``IngestCounters``. Every message goes through ``agent.wire.decode``; what is accepted
+is handed to each ``IngestSink`` on the receive thread.
+
+What it must never do: raise on bad input (bad messages are counted by reason, logged rate-limited and passed to
+``on_rejection``), let one sink's exception stop the others, block indefinitely (the loop polls with a timeout so
+``close`` always returns), or import Qt / frameworks.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import resource
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Final
+
+import zmq
+
+from agent import wire
+from gui.core.ingest import Gap, IngestCounters, IngestSink, Rejection
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BIND: Final[str] = "tcp://127.0.0.1:5757"
+"""Loopback only: listening on other interfaces is an explicit choice (``--bind tcp://0.0.0.0:5757``)."""
+
+WANTED_OPEN_FILES: Final[int] = 4096
+"""Soft open-file limit the collector asks for: 2x the 2048 agents we aim to serve (one TCP connection each)."""
+
+_POLL_MS: Final[int] = 100  # how long close() may wait for the loop to notice
+_DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-checking the stop flag
+_LOG_EVERY_S: Final[float] = 10.0  # rate limit of repeated warnings (per reason)
+
+
+class CollectorError(RuntimeError):
+    """The collector could not start (e.g. the address is in use); the message says what to do."""
+
+
+class Collector:
+    """Receives telemetry from many agents and hands validated batches to sinks.
+
+    Args:
+        bind: ZeroMQ endpoint to bind, e.g. ``tcp://127.0.0.1:5757``; port ``0`` or ``*`` picks a free port
+            (read it back from ``endpoint``).
+        sinks: consumers called on the receive thread (``add_sink`` adds more, before or after ``start``).
+    """
+
+    def __init__(self, bind: str = DEFAULT_BIND, sinks: Sequence[IngestSink] = ()) -> None:
+        self._bind = bind
+        self._sinks: tuple[IngestSink, ...] = tuple(sinks)
+        self._lock = threading.Lock()  # guards _counters (written by the loop, copied by readers)
+        self._counters = IngestCounters()
+        self._next_seq: dict[str, int] = {}
+        self._context: zmq.Context | None = None
+        self._socket: zmq.Socket | None = None
+        self._endpoint = ""
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+        self._last_log: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def add_sink(self, sink: IngestSink) -> None:
+        """Register another consumer; it sees messages received from now on."""
+        # Replacing the tuple (not mutating it) lets the loop iterate without a lock.
+        self._sinks = (*self._sinks, sink)
+
+    def start(self) -> Collector:
+        """Bind and start the receive thread. Raises ``CollectorError`` when the endpoint cannot be bound."""
+        if self._thread is not None:
+            return self
+        raise_open_file_limit(WANTED_OPEN_FILES)
+        context = zmq.Context()
+        socket = context.socket(zmq.PULL)
+        socket.setsockopt(zmq.LINGER, 0)
+        # Large enough that bursts from 1000+ agents queue in ZeroMQ rather than in the agents (which would drop).
+        socket.setsockopt(zmq.RCVHWM, 100_000)
+        # Only a guard against absurd sizes: ZeroMQ silently disconnects a peer over MAXMSGSIZE, so the real
+        # limit (wire.MAX_MESSAGE_BYTES) is enforced by decode, where an oversized message is counted.
+        socket.setsockopt(zmq.MAXMSGSIZE, 16 * wire.MAX_MESSAGE_BYTES)
+        try:
+            socket.bind(_zmq_endpoint(self._bind))
+        except zmq.ZMQError as exc:
+            socket.close(0)
+            context.term()
+            hint = "; choose another --bind" if exc.errno == errno.EADDRINUSE else ""
+            what = "address in use" if exc.errno == errno.EADDRINUSE else str(exc)
+            raise CollectorError(f"cannot bind {self._bind}: {what}{hint}") from None
+        self._endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._context, self._socket = context, socket
+        self._thread = threading.Thread(target=self._run, name="ringscope-collector", daemon=True)
+        self._thread.start()
+        log.info("collector listening on %s", self._endpoint)
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        """The bound endpoint (with the real port), or '' before ``start``."""
+        return self._endpoint
+
+    @property
+    def counters(self) -> IngestCounters:
+        """A consistent copy of the cumulative counters."""
+        with self._lock:
+            return replace(self._counters, rejected=dict(self._counters.rejected))
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop receiving and release the socket. Idempotent; returns within about ``timeout_s``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("collector thread did not stop within %.1f s (a sink is blocking?)", timeout_s)
+                return  # the thread still owns the socket; it is a daemon and dies with the process
+        if self._socket is not None:
+            self._socket.close(0)
+        if self._context is not None:
+            self._context.term()
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- Receive thread ------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        socket = self._socket
+        assert socket is not None
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        while not self._stop.is_set():
+            try:
+                if not poller.poll(_POLL_MS):
+                    continue
+                for _ in range(_DRAIN_MAX):
+                    try:
+                        # Agents send one frame per message; a stray multi-part message is read frame by frame
+                        # and each frame is judged on its own (copying small frames is faster than Frame objects).
+                        data = socket.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._handle(data)
+            except zmq.ZMQError as exc:
+                if self._stop.is_set():
+                    break
+                self._warn("zmq", f"receive failed: {exc}")
+            except Exception as exc:  # never let one bad message end ingest
+                self._warn("internal", f"unexpected error while handling a message: {exc!r}")
+                log.debug("collector error", exc_info=True)
+
+    def _handle(self, data: bytes) -> None:
+        recv_s = time.time()
+        size = len(data)
+        try:
+            batch = wire.decode(data)
+        except wire.WireError as exc:
+            self._reject(exc.reason, exc.detail, recv_s, size)
+            return
+        gap = self._track(batch.agent_id, batch.seq, recv_s)
+        with self._lock:
+            counters = self._counters
+            counters.messages += 1
+            counters.records += len(batch.records)
+            counters.bytes += size
+            counters.agents = len(self._next_seq)
+            if gap is not None:
+                counters.gaps += 1
+                counters.missing_messages += gap.missing
+            if batch.skipped:
+                counters.rejected["unknown_kind"] = counters.rejected.get("unknown_kind", 0) + 1
+        if gap is not None:
+            self._warn("gap", f"agent {gap.agent_id} lost {gap.missing} message(s) (seq {gap.expected_seq}.."
+                              f"{gap.got_seq - 1}); its queue was full or the network dropped them")
+            self._fan_out("on_gap", gap)
+        if batch.skipped:
+            self._fan_out("on_rejection", Rejection(
+                "unknown_kind", f"{batch.skipped} record(s) of kinds this app does not know from agent "
+                f"{batch.agent_id} (schema {batch.version[0]}.{batch.version[1]}); upgrade the app to see them",
+                recv_s, size))
+        self._fan_out("on_batch", batch, recv_s)
+
+    def _track(self, agent_id: str, seq: int, recv_s: float) -> Gap | None:
+        """Update the agent's expected sequence number; a Gap when messages were skipped."""
+        expected = self._next_seq.get(agent_id)
+        self._next_seq[agent_id] = seq + 1
+        if expected is None or seq == expected:
+            return None  # first message seen: what the agent sent before we listened is not a loss of ours
+        if seq < expected:
+            # ZeroMQ keeps order per connection, so this is a restarted sender reusing its id: start over.
+            log.info("agent %s restarted its sequence (%d after %d)", agent_id, seq, expected - 1)
+            return None
+        return Gap(agent_id, expected, seq, recv_s)
+
+    def _reject(self, reason: str, detail: str, recv_s: float, size: int) -> None:
+        with self._lock:
+            rejected = self._counters.rejected
+            rejected[reason] = rejected.get(reason, 0) + 1
+        self._warn(f"rejected:{reason}", f"rejected a {size}-byte message ({reason}): {detail}")
+        self._fan_out("on_rejection", Rejection(reason, detail, recv_s, size))
+
+    def _fan_out(self, method: str, *args: object) -> None:
+        for sink in self._sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:
+                self._warn(f"sink:{type(sink).__name__}", f"{type(sink).__name__}.{method} failed: {exc!r}")
+
+    def _warn(self, key: str, message: str) -> None:
+        """Log a warning at most once per ``_LOG_EVERY_S`` per key, saying how many were suppressed."""
+        now = time.monotonic()
+        if now - self._last_log.get(key, -_LOG_EVERY_S) < _LOG_EVERY_S:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        suppressed = self._suppressed.pop(key, 0)
+        self._last_log[key] = now
+        more = f" (+{suppressed} similar in the last {_LOG_EVERY_S:.0f} s)" if suppressed else ""
+        log.warning("%s%s", message, more)
+
+
+# ---- Helpers -----------------------------------------------------------------------------------------------------
+
+
+def raise_open_file_limit(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``wanted`` (each agent holds one connection). Returns the new limit.
+
+    Warns when the hard limit is lower: with too few descriptors ZeroMQ silently refuses agents
+    (shared ENVIRONMENT.md: a third of 1024 ranks never arrived with ``ulimit -n 512``).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d (%s)", soft, target, exc)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "open-file limit is %d (hard limit %s): the collector can serve only about %d agents; "
+            "raise it (ulimit -n %d) before monitoring large trainings", soft, hard, soft // 2, wanted)
+    return int(soft)
+
+
+def _zmq_endpoint(bind: str) -> str:
+    """``tcp://host:0`` means any free port; ZeroMQ spells that ``tcp://host:*``."""
+    if bind.startswith("tcp://") and bind.endswith(":0"):
+        return bind[:-2] + ":*"
+    return bind

@@ -1,0 +1,282 @@
+"""Session files: their SQLite layout (shared with the recorder) and reading them back as ``SessionData``.
+
+Layout, derived from ``agent.schema.FIELDS``: one table per record kind (named after the kind) with columns
+``agent_id``, ``recv_s`` and the schema fields (list fields as JSON text); ``meta`` (key/value: format, schema
+version, created, run ids, ringscope version, ingest counters), ``gaps`` and ``rejections``.
+
+What it must never do: modify a session file, or let a bad file surface as anything but ``SessionFileError`` with a
+message a user can act on. Works on a file that is still being written (WAL) and on one whose writer was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello
+from gui.core.session_data import Columns, SessionData, columns_from_rows
+
+FORMAT_NAME: Final[str] = "ringscope-session"
+_SQLITE_MAGIC: Final[bytes] = b"SQLite format 3\x00"
+
+INDEXES: Final[tuple[str, ...]] = (
+    'CREATE INDEX IF NOT EXISTS "step_rank_step" ON "step"("rank", "step")',
+    'CREATE INDEX IF NOT EXISTS "gpu_ts" ON "gpu"("ts_s")',
+    'CREATE INDEX IF NOT EXISTS "host_ts" ON "host"("ts_s")',
+)
+"""Built by the recorder at close, never while recording."""
+
+ENVELOPE_COLUMNS: Final[tuple[str, ...]] = ("agent_id", "recv_s")
+"""Leading columns of every record table: who sent the message, when it arrived (``time.time()``)."""
+
+
+class SessionFileError(ValueError):
+    """A file that cannot be read as a Ringscope session; the message names the file and what is wrong."""
+
+
+# ---- Layout (used by the recorder) -------------------------------------------------------------------------------
+
+
+def stored_positions(kind: str) -> tuple[int, ...]:
+    """Indices of a kind's schema fields that get their own column.
+
+    A field named like an envelope column (``Hello.agent_id``) is stored once, in the envelope column: agents
+    put the same id in both, and a table cannot have two columns of one name.
+    """
+    return tuple(i for i, spec in enumerate(FIELDS[kind]) if spec.name not in ENVELOPE_COLUMNS)
+
+
+def create_statements() -> list[str]:
+    """CREATE TABLE statements for a new session file."""
+    statements = [
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
+        "CREATE TABLE IF NOT EXISTS gaps (agent_id TEXT, expected_seq INTEGER, got_seq INTEGER, missing INTEGER, "
+        "ts_s REAL)",
+        "CREATE TABLE IF NOT EXISTS rejections (reason TEXT, detail TEXT, ts_s REAL, size_bytes INTEGER)",
+    ]
+    for kind, specs in FIELDS.items():
+        columns = ", ".join(f'"{specs[i].name}" {specs[i].sql_type}' for i in stored_positions(kind))
+        statements.append(f'CREATE TABLE IF NOT EXISTS "{kind}" (agent_id TEXT, recv_s REAL, {columns})')
+    return statements
+
+
+def insert_statement(kind: str) -> str:
+    """INSERT statement for one record kind's table (agent_id, recv_s, then fields in schema order)."""
+    count = len(stored_positions(kind)) + len(ENVELOPE_COLUMNS)
+    return f'INSERT INTO "{kind}" VALUES ({", ".join("?" * count)})'
+
+
+# ---- Public API --------------------------------------------------------------------------------------------------
+
+
+def load(path: str | Path) -> SessionData:
+    """Read a whole session file as columns. Raises ``SessionFileError`` for anything that is not one."""
+    path = Path(path)
+    with _open(path) as connection:
+        meta = _meta(connection, path)
+        try:
+            data = SessionData(
+                agents=_agents(connection),
+                steps=_columns(connection, "step"),
+                gpu=_columns(connection, "gpu"),
+                host=_columns(connection, "host"),
+                health=_columns(connection, "health"),
+                events=_events(connection),
+                counters=_counters(connection, meta),
+                source=str(path),
+            )
+        except sqlite3.DatabaseError as exc:
+            raise _damaged(path, exc) from None
+    data.counters["meta"] = meta
+    return data
+
+
+def summarize(path: str | Path) -> dict[str, Any]:
+    """What ``ringscope info`` prints: run ids, ranks, steps per rank, time span, losses, events, agents, size."""
+    path = Path(path)
+    data = load(path)
+    steps = data.steps
+    ranks = steps["rank"]
+    per_rank: dict[str, int] = {}
+    if len(ranks):
+        values, counts = np.unique(ranks[~np.isnan(ranks)].astype(np.int64), return_counts=True)
+        per_rank = {str(int(r)): int(c) for r, c in zip(values, counts, strict=True)}
+    times = np.concatenate([steps["start_s"], steps["end_s"], data.gpu["ts_s"], data.host["ts_s"]])
+    times = times[~np.isnan(times)]
+    meta = data.counters["meta"]
+    counters = {k: v for k, v in data.counters.items() if k != "meta"}
+    return {
+        "path": str(path),
+        "file_bytes": _file_bytes(path),
+        "schema_version": meta.get("schema_version"),
+        "ringscope_version": meta.get("ringscope_version"),
+        "complete": "closed_s" in meta,
+        "run_ids": sorted({h.run_id for h in data.agents} | set(json.loads(meta.get("run_ids", "[]")))),
+        "ranks": data.ranks,
+        "world_size": data.world_size,
+        "steps_per_rank": per_rank,
+        "steps_total": len(ranks),
+        "time_span": {
+            "start_s": float(times.min()) if len(times) else None,
+            "end_s": float(times.max()) if len(times) else None,
+            "duration_s": float(times.max() - times.min()) if len(times) else 0.0,
+        },
+        "gaps": counters.get("gaps", 0),
+        "missing_messages": counters.get("missing_messages", 0),
+        "dropped_by_agents": counters.get("dropped_by_agents", 0),
+        "recorder_dropped_records": counters.get("recorder_dropped_records", 0),
+        "rejected": counters.get("rejected", {}),
+        "events": dict(Counter(e.event for e in data.events)),
+        "agents": [
+            {"agent_id": h.agent_id, "host": h.host, "pid": h.pid, "ranks": h.ranks, "framework": h.framework,
+             "strategy": h.strategy, "backend": h.backend, "run_id": h.run_id}
+            for h in data.agents
+        ],
+    }
+
+
+# ---- Reading -----------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _open(path: Path) -> Iterator[sqlite3.Connection]:
+    if not path.exists():
+        raise SessionFileError(f"{path}: no such file; give the path of a session recorded by 'ringscope record'")
+    if path.is_dir():
+        raise SessionFileError(f"{path} is a directory, not a session file")
+    with path.open("rb") as handle:
+        head = handle.read(len(_SQLITE_MAGIC))
+    if head != _SQLITE_MAGIC:
+        raise SessionFileError(f"{path} is not a Ringscope session: not an SQLite file (starts with {head[:8]!r})")
+    # Read-only: never checkpoint or otherwise change a file another process may still be recording.
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise _damaged(path, exc) from None
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def _damaged(path: Path, exc: Exception) -> SessionFileError:
+    return SessionFileError(
+        f"{path} cannot be read as a session ({exc}); the file may be truncated or damaged: "
+        "use the original file, or re-record the session"
+    )
+
+
+def _meta(connection: sqlite3.Connection, path: Path) -> dict[str, str]:
+    try:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables:
+            raise SessionFileError(f"{path} is an SQLite file but not a Ringscope session (no 'meta' table)")
+        meta = {str(k): str(v) for k, v in connection.execute("SELECT key, value FROM meta")}
+    except sqlite3.DatabaseError as exc:
+        raise _damaged(path, exc) from None
+    if meta.get("format") != FORMAT_NAME:
+        raise SessionFileError(f"{path} is an SQLite file but not a Ringscope session (format={meta.get('format')!r})")
+    version = meta.get("schema_version", "")
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise SessionFileError(f"{path}: unreadable schema version {version!r}") from None
+    if major != SCHEMA_VERSION[0]:
+        newer = "a newer" if major > SCHEMA_VERSION[0] else "an older"
+        raise SessionFileError(
+            f"{path} was recorded with {newer} Ringscope (schema {version}); this one reads schema "
+            f"{SCHEMA_VERSION[0]}.x: open it with a matching Ringscope version"
+        )
+    missing = [kind for kind in FIELDS if kind not in {r[0] for r in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type='table'")}]
+    if missing:
+        raise SessionFileError(f"{path} is missing the table(s) {', '.join(missing)}; the file is damaged")
+    return meta
+
+
+def _select(connection: sqlite3.Connection, kind: str) -> list[tuple[Any, ...]]:
+    """Rows of a kind's table as (agent_id, recv_s, fields...), tolerating tables of an older minor version."""
+    present = {row[1] for row in connection.execute(f'PRAGMA table_info("{kind}")')}
+    columns = ", ".join(f'"{spec.name}"' if spec.name in present else "NULL" for spec in FIELDS[kind])
+    # a field stored in an envelope column (Hello.agent_id) is selected from there: present covers it
+    return connection.execute(f'SELECT agent_id, recv_s, {columns} FROM "{kind}" ORDER BY rowid').fetchall()
+
+
+def _columns(connection: sqlite3.Connection, kind: str) -> Columns:
+    rows = _select(connection, kind)
+    columns = columns_from_rows(kind, [row[2:] for row in rows])
+    columns["agent_id"] = np.array([row[0] for row in rows], dtype=object)
+    columns["recv_s"] = np.array([row[1] for row in rows], dtype=np.float64)
+    return columns
+
+
+def _agents(connection: sqlite3.Connection) -> list[Hello]:
+    """One identity per agent: the last Hello it sent (they are re-sent periodically)."""
+    latest: dict[str, Hello] = {}
+    list_positions = [i for i, spec in enumerate(FIELDS["hello"]) if list in spec.types]
+    for row in _select(connection, "hello"):
+        values = list(row[2:])
+        for i in list_positions:
+            values[i] = json.loads(values[i]) if values[i] is not None else []
+        hello = Hello(*values)
+        latest[hello.agent_id] = hello
+    return list(latest.values())
+
+
+def _events(connection: sqlite3.Connection) -> list[Event]:
+    events = [Event(*row[2:]) for row in _select(connection, "event")]
+    events.sort(key=lambda e: e.ts_s)
+    return events
+
+
+def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str, Any]:
+    """Ingest counters as committed with the rows (a killed recorder's file has them up to its last commit)."""
+    def meta_int(key: str) -> int:
+        try:
+            return int(meta.get(key, "0"))
+        except ValueError:
+            return 0
+
+    gaps, missing = connection.execute("SELECT COUNT(*), COALESCE(SUM(missing), 0) FROM gaps").fetchone()
+    try:
+        rejected = {str(k): int(v) for k, v in json.loads(meta.get("rejected", "{}")).items()}
+    except (ValueError, AttributeError):
+        rejected = {}
+    for reason, count in connection.execute("SELECT reason, COUNT(*) FROM rejections GROUP BY reason"):
+        rejected[reason] = max(rejected.get(reason, 0), int(count))
+    # An agent's Health counters are cumulative: its last one says how much it dropped in total.
+    drops: dict[str, int] = {}
+    for agent_id, dropped in connection.execute(
+        'SELECT agent_id, dropped_records FROM "health" ORDER BY rowid'
+    ):
+        drops[str(agent_id)] = int(dropped)
+    return {
+        "messages": meta_int("messages"),
+        "records": meta_int("records"),
+        "gaps": int(gaps),
+        "missing_messages": int(missing),
+        "rejected": rejected,
+        "rejected_total": sum(rejected.values()),
+        "skipped_records": meta_int("skipped_records"),
+        "recorder_dropped_records": meta_int("recorder_dropped_records"),
+        "agents": len({row[0] for row in connection.execute('SELECT DISTINCT agent_id FROM "hello"')} | set(drops)),
+        "dropped_by_agent": drops,
+        "dropped_by_agents": sum(drops.values()),
+    }
+
+
+def _file_bytes(path: Path) -> int:
+    total = 0
+    for suffix in ("", "-wal"):
+        candidate = path.with_name(path.name + suffix)
+        if candidate.exists():
+            total += candidate.stat().st_size
+    return total
