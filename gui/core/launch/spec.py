@@ -1,0 +1,144 @@
+"""What the user asked to launch: ``LaunchSpec``, its persistence (``to_dict``/``from_dict``) and small parsers.
+
+A spec is plain data; it never starts anything, never touches the network, and never imports Qt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final, Literal, cast, get_args
+
+from gui.core.launch.options import Framework, OptionValue
+
+LaunchKind = Literal["ddp", "tf_mirrored", "tf_multi_worker", "script"]
+KINDS: Final[tuple[LaunchKind, ...]] = get_args(LaunchKind)
+KIND_TITLES: Final[dict[LaunchKind, str]] = {
+    "ddp": "PyTorch DDP (torchrun)",
+    "tf_mirrored": "TensorFlow MirroredStrategy",
+    "tf_multi_worker": "TensorFlow MultiWorkerMirroredStrategy",
+    "script": "Python script (N plain processes)",
+}
+REFERENCE: Final[str] = "reference"
+MAX_PROCESSES: Final[int] = 1024
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(slots=True)
+class LaunchSpec:
+    """One launch request.
+
+    Attributes:
+        kind: how processes are started (torchrun / one TF process / N TF workers / N plain processes).
+        trainer: ``"reference"`` (the project's trainer for ``kind``) or the path of the user's script.
+        script_args: arguments after the script (user scripts only; reference trainers take ``options``).
+        processes: ranks (ddp), devices (tf_mirrored) or worker processes (tf_multi_worker, script).
+        options: reference-trainer options by name (see ``gui.core.launch.options``); text values are accepted.
+        working_dir: the processes' working directory (None: the app's).
+        env: extra environment variables.
+        run_id: one id per launch; None lets the launcher assign a fresh one.
+        python: the interpreter that runs everything (torchrun is run as ``python -m torch.distributed.run``).
+        base_port: first TF_CONFIG port for MultiWorkerMirroredStrategy; None picks free ports.
+    """
+
+    kind: LaunchKind = "ddp"
+    trainer: str = REFERENCE
+    script_args: tuple[str, ...] = ()
+    processes: int = 2
+    options: dict[str, OptionValue] = field(default_factory=dict)
+    working_dir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+    python: str = sys.executable
+    base_port: int | None = None
+
+    @property
+    def framework(self) -> Framework | None:
+        """Which trainer option set applies (None for plain scripts)."""
+        return framework_of(self.kind)
+
+    @property
+    def uses_reference(self) -> bool:
+        """True when the project's reference trainer is launched (then ``options`` apply)."""
+        return self.trainer == REFERENCE
+
+    def title(self) -> str:
+        """A one-line description for lists (e.g. the "Recent" list)."""
+        what = "reference trainer" if self.uses_reference else os.path.basename(self.trainer)
+        unit = "devices" if self.kind == "tf_mirrored" else "processes"
+        return f"{KIND_TITLES[self.kind]}: {what}, {self.processes} {unit}"
+
+    def with_new_run_id(self) -> LaunchSpec:
+        """A copy for re-running: same request, fresh run id."""
+        return replace(self, run_id=new_run_id(), options=dict(self.options), env=dict(self.env))
+
+    # ---- Persistence ------------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for the "Recent" list (the run id is dropped: a re-run is a new launch)."""
+        data = asdict(self)
+        data["script_args"] = list(self.script_args)
+        data.pop("run_id")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LaunchSpec:
+        """Inverse of ``to_dict``. Raises ValueError naming the bad field when ``data`` is not a saved spec."""
+        kind = data.get("kind")
+        if kind not in KINDS:
+            raise ValueError(f"saved launch has kind {kind!r}; expected one of {', '.join(KINDS)}")
+        try:
+            return cls(
+                kind=cast(LaunchKind, kind),
+                trainer=str(data.get("trainer", REFERENCE)),
+                script_args=tuple(str(arg) for arg in data.get("script_args", ())),
+                processes=int(data.get("processes", 1)),
+                options={str(k): v for k, v in dict(data.get("options", {})).items()},
+                working_dir=None if data.get("working_dir") in (None, "") else str(data["working_dir"]),
+                env={str(k): str(v) for k, v in dict(data.get("env", {})).items()},
+                python=str(data.get("python") or sys.executable),
+                base_port=None if data.get("base_port") is None else int(data["base_port"]),
+            )
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"saved launch is malformed ({error}); it will be ignored") from error
+
+
+def framework_of(kind: LaunchKind) -> Framework | None:
+    """``"ddp"`` / ``"tf"`` option set of a launch kind, None for plain scripts."""
+    if kind == "ddp":
+        return "ddp"
+    if kind in ("tf_mirrored", "tf_multi_worker"):
+        return "tf"
+    return None
+
+
+def new_run_id() -> str:
+    """A fresh, sortable, unique run id such as ``launch-20250102-130405-3fa2``."""
+    return time.strftime("launch-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def parse_env_lines(text: str) -> tuple[dict[str, str], list[str]]:
+    """``KEY=VALUE`` lines (blank lines and ``#`` comments ignored) -> (variables, error messages)."""
+    env: dict[str, str] = {}
+    errors: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not _ENV_KEY.match(key):
+            errors.append(f"environment line {number}: {raw.strip()!r} is not KEY=VALUE "
+                          "(KEY: letters, digits, underscore; not starting with a digit)")
+            continue
+        env[key] = value
+    return env, errors
+
+
+def format_env_lines(env: dict[str, str]) -> str:
+    """Inverse of ``parse_env_lines``."""
+    return "\n".join(f"{key}={value}" for key, value in env.items())

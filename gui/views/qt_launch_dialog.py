@@ -1,0 +1,337 @@
+"""``QtLaunchDialog``: choose what to launch; the form is generated from the core's option table.
+
+Every change re-runs the core's ``validate``; its messages are shown inline and OK stays disabled until the spec
+is valid. The dialog holds no launch logic: ``spec()`` returns a ``LaunchSpec`` for the caller to start.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+
+from PySide6 import QtCore, QtWidgets
+
+from gui.core.launcher import (
+    KIND_TITLES,
+    KINDS,
+    REFERENCE,
+    LaunchKind,
+    LaunchSpec,
+    OptionSpec,
+    OptionValue,
+    default_options,
+    format_env_lines,
+    options_for,
+    parse_env_lines,
+    validate,
+)
+from gui.core.launcher import OPTIONS as OPTION_TABLE
+from gui.views import theme
+
+_PROCESS_LABEL = {"ddp": "Ranks (processes)", "tf_mirrored": "Devices", "tf_multi_worker": "Worker processes",
+                  "script": "Processes"}
+
+
+class QtLaunchDialog(QtWidgets.QDialog):
+    """Launch dialog over the core's ``LaunchSpec`` / option table / ``validate``.
+
+    Args:
+        launcher_validate: checks a spec, returning messages (default ``gui.core.launcher.validate``; the app
+            passes ``Launcher.validate`` so its collector endpoint is checked too).
+        recent: recent launches, newest first, offered for re-running.
+        initial: a spec to pre-fill (default: a 2-rank DDP run of the reference trainer).
+    """
+
+    def __init__(
+        self,
+        launcher_validate: Callable[[LaunchSpec], list[str]] = validate,
+        recent: Sequence[LaunchSpec] = (),
+        parent: QtWidgets.QWidget | None = None,
+        initial: LaunchSpec | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Launch a training")
+        self._validate = launcher_validate
+        self._recent = list(recent)
+        self._loading = False
+        self._build()
+        self.load_spec(initial or LaunchSpec(options=default_options("ddp")))
+
+    # ---- Public API ------------------------------------------------------------------------------------------
+
+    def spec(self) -> LaunchSpec:
+        """The launch described by the form (call ``errors()`` to know whether it can start)."""
+        return self._read_form()[0]
+
+    def errors(self) -> list[str]:
+        """Every problem with the form: unparsable fields, then the core's validation messages."""
+        spec, form_errors = self._read_form()
+        return form_errors + self._validate(spec)
+
+    def load_spec(self, spec: LaunchSpec) -> None:
+        """Fill the form from ``spec`` (e.g. a recent launch)."""
+        self._loading = True
+        try:
+            self.kind_combo.setCurrentIndex(KINDS.index(spec.kind))
+            self.reference_radio.setChecked(spec.uses_reference)
+            self.script_radio.setChecked(not spec.uses_reference)
+            self.script_edit.setText("" if spec.uses_reference else spec.trainer)
+            self.args_edit.setText(shlex.join(spec.script_args))
+            self.python_edit.setText(spec.python)
+            self.processes_spin.setValue(spec.processes)
+            self.base_port_edit.setText("" if spec.base_port is None else str(spec.base_port))
+            for option in OPTION_TABLE:
+                _set_option(self.option_widgets[option.ident], spec.options.get(option.name))
+            self.working_dir_edit.setText(spec.working_dir or "")
+            self.env_edit.setPlainText(format_env_lines(spec.env))
+        finally:
+            self._loading = False
+        self._refresh()
+
+    # ---- Building ----------------------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        layout = QtWidgets.QVBoxLayout(self)
+        top = QtWidgets.QHBoxLayout()
+        layout.addLayout(top, 1)
+        form_box = QtWidgets.QWidget()
+        form_column = QtWidgets.QVBoxLayout(form_box)
+        form_column.setContentsMargins(0, 0, 0, 0)
+        form = QtWidgets.QFormLayout()
+        form_column.addLayout(form)
+        form_column.addStretch(1)  # rows keep their natural height; spare room goes below them
+        top.addWidget(form_box, 4)
+
+        self.kind_combo = QtWidgets.QComboBox()
+        for kind in KINDS:
+            self.kind_combo.addItem(KIND_TITLES[kind], kind)
+        form.addRow("Framework", self.kind_combo)
+
+        self.reference_radio = QtWidgets.QRadioButton("Reference trainer")
+        self.script_radio = QtWidgets.QRadioButton("My script")
+        trainer_row = QtWidgets.QHBoxLayout()
+        trainer_row.addWidget(self.reference_radio)
+        trainer_row.addWidget(self.script_radio)
+        trainer_row.addStretch(1)
+        form.addRow("Trainer", trainer_row)
+        self.script_edit = QtWidgets.QLineEdit()
+        self.script_edit.setPlaceholderText("path/to/train.py")
+        form.addRow("Script", _with_browse(self.script_edit, self._browse_script))
+        self.args_edit = QtWidgets.QLineEdit()
+        self.args_edit.setPlaceholderText("arguments, shell quoting")
+        form.addRow("Arguments", self.args_edit)
+        self.python_edit = QtWidgets.QLineEdit()
+        form.addRow("Python", self.python_edit)
+        self.processes_spin = QtWidgets.QSpinBox()
+        self.processes_spin.setRange(1, 1024)
+        form.addRow("Processes", self.processes_spin)
+        self.base_port_edit = QtWidgets.QLineEdit()
+        self.base_port_edit.setPlaceholderText("empty: free ports are picked")
+        form.addRow("TF_CONFIG base port", self.base_port_edit)
+        self.working_dir_edit = QtWidgets.QLineEdit()
+        self.working_dir_edit.setPlaceholderText("empty: the app's working directory")
+        form.addRow("Working directory", _with_browse(self.working_dir_edit, self._browse_dir))
+        self.env_edit = QtWidgets.QPlainTextEdit()
+        self.env_edit.setPlaceholderText("KEY=VALUE, one per line")
+        self.env_edit.setMaximumHeight(70)
+        form.addRow("Environment", self.env_edit)
+        self._form = form
+
+        self.options_box = QtWidgets.QGroupBox("Trainer options (empty = the trainer's default)")
+        self._options_form = QtWidgets.QFormLayout(self.options_box)
+        self.option_widgets: dict[str, QtWidgets.QWidget] = {}
+        for option in OPTION_TABLE:
+            widget = _option_widget(option)
+            widget.setToolTip(f"{option.flag}: {option.help} ({option.range_text()})")
+            self.option_widgets[option.ident] = widget
+            self._options_form.addRow(option.flag, widget)
+        scroll = QtWidgets.QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.options_box)
+        scroll.setMinimumWidth(self.options_box.sizeHint().width() + 24)
+        top.addWidget(scroll, 4)
+
+        recent_box = QtWidgets.QGroupBox("Recent")
+        recent_layout = QtWidgets.QVBoxLayout(recent_box)
+        self.recent_list = QtWidgets.QListWidget()
+        self.recent_list.setWordWrap(True)
+        for spec in self._recent:
+            item = QtWidgets.QListWidgetItem(spec.title())
+            item.setToolTip(" ".join(f"--{k} {v}" for k, v in spec.options.items()) or spec.trainer)
+            self.recent_list.addItem(item)
+        self.recent_list.itemActivated.connect(self._use_recent)
+        self.recent_list.itemDoubleClicked.connect(self._use_recent)
+        recent_layout.addWidget(self.recent_list)
+        top.addWidget(recent_box, 2)
+
+        self.error_label = QtWidgets.QLabel()
+        self.error_label.setWordWrap(True)
+        self.error_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error_label.setStyleSheet(f"color: {theme.ALERT_COLOR};")
+        layout.addWidget(self.error_label)
+        buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Ok
+                                             | QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+        self.ok_button = buttons.button(QtWidgets.QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setText("Launch")
+        buttons.accepted.connect(self._accept_if_valid)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+        for edit in (self.script_edit, self.args_edit, self.python_edit, self.base_port_edit, self.working_dir_edit):
+            edit.textChanged.connect(self._refresh)
+        self.env_edit.textChanged.connect(self._refresh)
+        self.kind_combo.currentIndexChanged.connect(self._refresh)
+        self.reference_radio.toggled.connect(self._refresh)
+        self.processes_spin.valueChanged.connect(self._refresh)
+        for widget in self.option_widgets.values():
+            _connect_changed(widget, self._refresh)
+        self.resize(1200, 600)
+
+    # ---- Behaviour ---------------------------------------------------------------------------------------------
+
+    def _kind(self) -> LaunchKind:
+        kind: LaunchKind = self.kind_combo.currentData()
+        return kind
+
+    def _read_form(self) -> tuple[LaunchSpec, list[str]]:
+        errors: list[str] = []
+        kind = self._kind()
+        reference = self.reference_radio.isChecked()
+        try:
+            args = tuple(shlex.split(self.args_edit.text()))
+        except ValueError as error:
+            args = ()
+            errors.append(f"script arguments: {error} (check the quotes)")
+        env, env_errors = parse_env_lines(self.env_edit.toPlainText())
+        errors += env_errors
+        base_port: int | None = None
+        port_text = self.base_port_edit.text().strip()
+        if kind == "tf_multi_worker" and port_text:
+            if port_text.isdigit():
+                base_port = int(port_text)
+            else:
+                errors.append(f"TF_CONFIG base port {port_text!r} is not a whole number; leave it empty for free ports")
+        options: dict[str, OptionValue] = {}
+        framework = "ddp" if kind == "ddp" else "tf" if kind.startswith("tf_") else None
+        if reference and framework is not None:
+            for option in options_for(framework):
+                value = _option_value(self.option_widgets[option.ident])
+                if value is not None:
+                    options[option.name] = value
+        spec = LaunchSpec(
+            kind=kind,
+            trainer=REFERENCE if reference else self.script_edit.text().strip(),
+            script_args=() if reference else args,
+            processes=self.processes_spin.value(),
+            options=options,
+            working_dir=self.working_dir_edit.text().strip() or None,
+            env=env,
+            python=self.python_edit.text().strip() or sys.executable,
+            base_port=base_port,
+        )
+        return spec, errors
+
+    def _refresh(self) -> None:
+        if self._loading:
+            return
+        kind = self._kind()
+        reference = self.reference_radio.isChecked()
+        self.reference_radio.setEnabled(kind != "script")
+        if kind == "script" and reference:
+            self.script_radio.setChecked(True)  # re-enters _refresh with the script choice
+            return
+        self._form.setRowVisible(self.script_edit.parentWidget(), not reference)
+        self._form.setRowVisible(self.args_edit, not reference)
+        self._form.setRowVisible(self.base_port_edit, kind == "tf_multi_worker")
+        label = self._form.labelForField(self.processes_spin)
+        if isinstance(label, QtWidgets.QLabel):
+            label.setText(_PROCESS_LABEL[kind])
+        framework = "ddp" if kind == "ddp" else "tf" if kind.startswith("tf_") else None
+        self.options_box.setVisible(reference and framework is not None)
+        if framework is not None:
+            applicable = {o.ident for o in options_for(framework)}
+            for ident, widget in self.option_widgets.items():
+                self._options_form.setRowVisible(widget, ident in applicable)
+        errors = self.errors()
+        self.error_label.setText("\n".join(f"• {e}" for e in errors))
+        self.error_label.setVisible(bool(errors))
+        self.ok_button.setEnabled(not errors)
+
+    def _accept_if_valid(self) -> None:
+        if not self.errors():
+            self.accept()
+
+    def _use_recent(self, item: QtWidgets.QListWidgetItem) -> None:
+        self.load_spec(self._recent[self.recent_list.row(item)])
+
+    def _browse_script(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Training script", self.working_dir_edit.text(),
+                                                        "Python (*.py);;All files (*)")
+        if path:
+            self.script_edit.setText(path)
+
+    def _browse_dir(self) -> None:
+        path = QtWidgets.QFileDialog.getExistingDirectory(self, "Working directory", self.working_dir_edit.text())
+        if path:
+            self.working_dir_edit.setText(path)
+
+
+# ---- Option widgets (one per option type) -------------------------------------------------------------------------
+
+def _option_widget(option: OptionSpec) -> QtWidgets.QWidget:
+    if option.type == "flag":
+        return QtWidgets.QCheckBox(option.help)
+    if option.type == "choice":
+        combo = QtWidgets.QComboBox()
+        if option.default is None:
+            combo.addItem("(trainer default)", None)
+        for choice in option.choices:
+            combo.addItem(choice, choice)
+        return combo
+    edit = QtWidgets.QLineEdit()
+    edit.setPlaceholderText(option.range_text() if option.default is None else f"{option.default}")
+    edit.setMinimumWidth(160)
+    return edit
+
+
+def _option_value(widget: QtWidgets.QWidget) -> OptionValue | None:
+    if isinstance(widget, QtWidgets.QCheckBox):
+        return True if widget.isChecked() else None
+    if isinstance(widget, QtWidgets.QComboBox):
+        data = widget.currentData()
+        return None if data is None else str(data)
+    if isinstance(widget, QtWidgets.QLineEdit):
+        return widget.text().strip() or None
+    return None
+
+
+def _set_option(widget: QtWidgets.QWidget, value: OptionValue | None) -> None:
+    if isinstance(widget, QtWidgets.QCheckBox):
+        widget.setChecked(bool(value))
+    elif isinstance(widget, QtWidgets.QComboBox):
+        index = widget.findData(None if value is None else str(value))
+        widget.setCurrentIndex(max(index, 0))
+    elif isinstance(widget, QtWidgets.QLineEdit):
+        widget.setText("" if value is None else str(value))
+
+
+def _connect_changed(widget: QtWidgets.QWidget, slot: Callable[[], None]) -> None:
+    if isinstance(widget, QtWidgets.QCheckBox):
+        widget.toggled.connect(slot)
+    elif isinstance(widget, QtWidgets.QComboBox):
+        widget.currentIndexChanged.connect(slot)
+    elif isinstance(widget, QtWidgets.QLineEdit):
+        widget.textChanged.connect(slot)
+
+
+def _with_browse(edit: QtWidgets.QLineEdit, browse: Callable[[], None]) -> QtWidgets.QWidget:
+    row = QtWidgets.QWidget()
+    layout = QtWidgets.QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(edit, 1)
+    button = QtWidgets.QPushButton("Browse…")
+    button.clicked.connect(browse)
+    layout.addWidget(button)
+    return row

@@ -1,0 +1,128 @@
+"""The launch dialog with real widgets over the real core validation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+from pytestqt.qtbot import QtBot
+
+from gui.core.launcher import KINDS, LaunchSpec
+from gui.views.qt_launch_dialog import QtLaunchDialog
+
+
+def make_dialog(qtbot: QtBot, **kwargs: object) -> QtLaunchDialog:
+    dialog = QtLaunchDialog(**kwargs)  # type: ignore[arg-type]
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog
+
+
+def choose_kind(dialog: QtLaunchDialog, kind: str) -> None:
+    dialog.kind_combo.setCurrentIndex(KINDS.index(kind))  # type: ignore[arg-type]
+
+
+def test_missing_script_disables_ok_and_says_why_then_a_real_script_is_accepted(qtbot: QtBot, tmp_path: Path) -> None:
+    dialog = make_dialog(qtbot)
+    choose_kind(dialog, "script")
+    assert dialog.script_radio.isChecked() and not dialog.reference_radio.isEnabled()
+    qtbot.keyClicks(dialog.script_edit, str(tmp_path / "train.py"))
+    assert not dialog.ok_button.isEnabled()
+    assert dialog.error_label.isVisible() and "train.py" in dialog.error_label.text()
+    assert "not found" in dialog.error_label.text()
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    dialog.args_edit.setText("--lr 0.1 --name 'my run'")
+    dialog.processes_spin.setValue(3)
+    dialog.env_edit.setPlainText("A=1\nB=two words")
+    dialog.working_dir_edit.setText(str(tmp_path))
+    assert dialog.ok_button.isEnabled(), dialog.error_label.text()
+    assert not dialog.error_label.isVisible()
+    spec = dialog.spec()
+    assert spec.kind == "script" and spec.trainer == str(tmp_path / "train.py")
+    assert spec.script_args == ("--lr", "0.1", "--name", "my run")
+    assert spec.processes == 3 and spec.env == {"A": "1", "B": "two words"} and spec.working_dir == str(tmp_path)
+    assert spec.options == {} and spec.python == sys.executable
+
+
+def test_bad_option_value_is_shown_inline_and_blocks_ok(qtbot: QtBot) -> None:
+    dialog = make_dialog(qtbot)
+    dialog.option_widgets["steps"].clear()  # type: ignore[attr-defined]
+    qtbot.keyClicks(dialog.option_widgets["steps"], "12x")
+    assert not dialog.ok_button.isEnabled()
+    assert "--steps: '12x' is not a whole number" in dialog.error_label.text()
+    assert dialog.spec().options["steps"] == "12x"  # the spec carries the text; the core's validate names it
+    dialog.option_widgets["steps"].setText("50")  # type: ignore[attr-defined]
+    dialog.option_widgets["lr"].setText("-1")  # type: ignore[attr-defined]
+    assert "--steps" not in dialog.error_label.text() and "--lr: -1 is out of range" in dialog.error_label.text()
+    dialog.option_widgets["lr"].setText("")  # type: ignore[attr-defined]
+    assert "--lr" not in dialog.error_label.text() and "lr" not in dialog.spec().options
+
+
+def test_ok_accepts_only_a_valid_spec(qtbot: QtBot, tmp_path: Path) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("pass\n")
+    dialog = make_dialog(qtbot, initial=LaunchSpec(kind="script", trainer=str(script), processes=1))
+    assert dialog.ok_button.isEnabled()
+    with qtbot.waitSignal(dialog.accepted, timeout=2000):
+        qtbot.mouseClick(dialog.ok_button, QtCore.Qt.MouseButton.LeftButton)
+    assert dialog.result() == QtWidgets.QDialog.DialogCode.Accepted
+
+
+def test_bad_environment_line_and_bad_base_port_are_reported(qtbot: QtBot, tmp_path: Path) -> None:
+    script = tmp_path / "w.py"
+    script.write_text("pass\n")
+    dialog = make_dialog(qtbot)
+    choose_kind(dialog, "tf_multi_worker")
+    dialog.script_radio.setChecked(True)
+    dialog.script_edit.setText(str(script))
+    dialog.env_edit.setPlainText("GOOD=1\nthis is not a pair")
+    dialog.base_port_edit.setText("12ab")
+    text = dialog.error_label.text()
+    assert "environment line 2" in text and "'12ab' is not a whole number" in text
+    assert not dialog.ok_button.isEnabled()
+
+
+def test_options_shown_follow_the_framework(qtbot: QtBot) -> None:
+    dialog = make_dialog(qtbot)
+    form = dialog._options_form
+    widgets = dialog.option_widgets
+    assert form.isRowVisible(widgets["compression"]) and not form.isRowVisible(widgets["fit"])
+    assert form.isRowVisible(widgets["device-ddp"]) and not form.isRowVisible(widgets["device-tf"])
+    assert dialog.options_box.isVisible() and not dialog._form.isRowVisible(dialog.base_port_edit)
+    choose_kind(dialog, "tf_mirrored")
+    assert form.isRowVisible(widgets["fit"]) and not form.isRowVisible(widgets["compression"])
+    assert form.isRowVisible(widgets["device-tf"]) and not form.isRowVisible(widgets["device-ddp"])
+    assert form.isRowVisible(widgets["steps"])
+    assert dialog._form.labelForField(dialog.processes_spin).text() == "Devices"
+    choose_kind(dialog, "tf_multi_worker")
+    assert dialog._form.isRowVisible(dialog.base_port_edit)
+    dialog.script_radio.setChecked(True)
+    assert not dialog.options_box.isVisible()
+
+
+def test_reference_ddp_spec_carries_the_form_options(qtbot: QtBot) -> None:
+    dialog = make_dialog(qtbot)
+    widgets = dialog.option_widgets
+    widgets["amp"].setChecked(True)  # type: ignore[attr-defined]
+    widgets["compression"].setCurrentIndex(widgets["compression"].findData("fp16"))  # type: ignore[attr-defined]
+    widgets["slow-rank"].setText("1")  # type: ignore[attr-defined]
+    widgets["fit"].setChecked(True)  # type: ignore[attr-defined]  # TF-only: must not leak into a DDP spec
+    spec = dialog.spec()
+    assert spec.kind == "ddp" and spec.uses_reference and spec.processes == 2
+    assert spec.options["amp"] is True and spec.options["compression"] == "fp16"
+    assert spec.options["slow-rank"] == "1" and spec.options["dataset"] == "digits" and "fit" not in spec.options
+    assert "epochs" not in spec.options  # empty fields mean "the trainer's default": not passed
+
+
+def test_recent_launch_refills_the_form(qtbot: QtBot, tmp_path: Path) -> None:
+    script = tmp_path / "mine.py"
+    script.write_text("pass\n")
+    old = LaunchSpec(kind="script", trainer=str(script), script_args=("-x", "1"), processes=4, env={"K": "V"})
+    dialog = make_dialog(qtbot, recent=[old])
+    assert dialog.recent_list.count() == 1 and "mine.py" in dialog.recent_list.item(0).text()
+    dialog.recent_list.itemActivated.emit(dialog.recent_list.item(0))
+    again = dialog.spec()
+    assert again.to_dict() == old.to_dict()
+    assert dialog.ok_button.isEnabled()
