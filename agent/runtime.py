@@ -163,7 +163,10 @@ def start(
     ``CUDA_VISIBLE_DEVICES``); ``rank_of_gpu`` tags each GPU's samples with the rank using it.
     """
     endpoint = endpoint or os.environ.get(ENV_ENDPOINT) or DEFAULT_ENDPOINT
-    run_id = run_id or os.environ.get(ENV_RUN_ID) or os.environ.get("TORCHELASTIC_RUN_ID") or _default_run_id()
+    elastic_run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if elastic_run_id == "none":  # plain `torchrun` without --rdzv-id sets the literal "none"
+        elastic_run_id = None
+    run_id = run_id or os.environ.get(ENV_RUN_ID) or elastic_run_id or _default_run_id()
     host = socket.gethostname()
     pid = os.getpid()
     agent_id = f"{host}:{pid}:{uuid.uuid4().hex[:8]}"

@@ -53,6 +53,19 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def merge_results(path: Path, rows: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """Earlier results with this run's topics replaced, so running one topic keeps the others' latest figures."""
+    stamp = {"quick": quick, "python": platform.python_version(), "machine": platform.machine(),
+             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        previous = json.loads(path.read_text()).get("rows", [])
+    except (OSError, ValueError, AttributeError):
+        previous = []
+    ran = {row["benchmark"] for row in rows}
+    kept = [row for row in previous if isinstance(row, dict) and row.get("benchmark") not in ran]
+    return {**stamp, "rows": kept + [{**row, **{"run": stamp}} for row in rows]}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m benchmarks``."""
     topics = discover()
@@ -70,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(run_topic(topic, args.quick))
     table = markdown(rows)
     print(table)
-    result = {"quick": args.quick, "python": platform.python_version(), "machine": platform.machine(),
-              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows}
-    Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    Path(args.out).write_text(json.dumps(merge_results(Path(args.out), rows, args.quick), indent=2, default=str) + "\n")
     return 1 if any(r["metric"] == "FAILED" for r in rows) else 0
 
 

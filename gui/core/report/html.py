@@ -1,0 +1,130 @@
+"""The self-contained HTML report: inline SVG charts and inline CSS, no script, no external URL — opens offline.
+
+Owns the page layout: headline, step-time breakdown, per-rank bars, straggler, GPU utilization, cost, checkpoints
+and work at risk, recommendations, data quality, legend. Every value is HTML-escaped. Written to a temporary file
+and renamed, so a cancelled export leaves nothing behind. Must never import Qt.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from gui.core.phases import PHASES
+from gui.core.report import charts
+from gui.core.report.model import (
+    Report,
+    Rows,
+    checkpoint_rows,
+    cost_rows,
+    headline_rows,
+    quality_rows,
+    straggler_text,
+)
+from gui.core.report.progress import Progress
+
+SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "gpu", "cost", "checkpoints",
+                             "recommendations", "quality")
+"""Ids of the page's sections, in order (tests check they are all present)."""
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
+color:#222}
+h1{margin-bottom:0}.sub{color:#666;margin-top:.2em}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:.25em .8em;border-bottom:1px solid #eee;text-align:left;
+vertical-align:top}
+th{color:#555;font-weight:600;white-space:nowrap}
+.rec{border-left:4px solid #999;padding:.3em .8em;margin:.6em 0;background:#fafafa}
+.rec.high{border-color:#d62728}.rec.medium{border-color:#f28e2b}.rec.info{border-color:#4e79a7}
+.evidence{color:#555;font-size:.92em}
+.swatch{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:middle;border-radius:2px}
+svg{max-width:100%;height:auto}
+"""
+
+
+def render_html(report: Report, progress: Progress | None = None, *, title: str = "Ringscope report") -> str:
+    """The report page as a string."""
+    progress = progress or Progress()
+    a = report.analysis
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)} — {_e(a.run_id)}"
+             f"</title><style>{STYLE}</style></head><body>",
+             f"<h1>{_e(title)}</h1><p class='sub'>Where did the time and the money go? Run {_e(a.run_id)}</p>",
+             legend_html()]
+    progress(0.05, "headline")
+    parts.append(_section("headline", "Summary", table(headline_rows(report))))
+    chart_steps: list[tuple[str, str, Callable[[], Figure], str]] = [
+        ("breakdown", "Step-time breakdown over time", lambda: charts.step_breakdown_columns(a),
+         "Mean seconds per step in each phase, per time bucket. Warm-up steps included."),
+        ("ranks", "Per-rank breakdown", lambda: charts.rank_bars(a),
+         "Share of step time per phase on each rank. The slowest rank has the smallest exposed wait."),
+    ]
+    for number, (section_id, heading, make, caption) in enumerate(chart_steps):
+        progress(0.1 + 0.3 * number, f"drawing {heading.lower()}")
+        parts.append(_section(section_id, heading, f"<p>{_e(caption)}</p>" + charts.to_svg(make())))
+        if section_id == "breakdown":
+            parts.append(charts.to_svg(charts.throughput_line(a)))
+    progress(0.7, "straggler and GPUs")
+    parts.append(_section("straggler", "Straggler", f"<p>{_e(straggler_text(a))}</p>"))
+    parts.append(_section("gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>" + charts.to_svg(
+        charts.gpu_utilization(a))))
+    progress(0.85, "cost")
+    parts.append(_section("cost", "Cost", table(cost_rows(report)) + charts.to_svg(charts.cost_split(report.cost))))
+    parts.append(_section("checkpoints", "Checkpoints and work at risk", table(checkpoint_rows(report))))
+    parts.append(_section("recommendations", "Recommendations", recommendations_html(report)))
+    parts.append(_section("quality", "Data quality", table(quality_rows(report))))
+    parts.append("</body></html>")
+    progress(1.0, "HTML ready")
+    return "\n".join(parts)
+
+
+def write_html(report: Report, path: str | Path, progress: Progress | None = None) -> Path:
+    """Render and write the report; nothing is written if the export is cancelled."""
+    text = render_html(report, progress)
+    return write_text_atomically(Path(path), text)
+
+
+def write_text_atomically(target: Path, text: str) -> Path:
+    """Write ``text`` to a temporary file next to ``target`` and rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def recommendations_html(report: Report) -> str:
+    """Each recommendation with the figure that triggered it."""
+    if not report.recommendations:
+        return "<p>No threshold crossed: nothing to recommend.</p>"
+    return "".join(
+        f"<div class='rec {r.severity}'><b>{_e(r.title)}</b><br>{_e(r.advice)}"
+        f"<div class='evidence'>{_e(r.evidence)}</div></div>" for r in report.recommendations)
+
+
+def legend_html() -> str:
+    """The phase legend, said once."""
+    items = "".join(f"<span title='{_e(p.description)}'><span class='swatch' style='background:{p.color}'></span>"
+                    f"{_e(p.label)}</span> &nbsp; " for p in PHASES)
+    return f"<p class='legend'>{items}</p>"
+
+
+def table(rows: Rows) -> str:
+    """A two-column table of label/value rows."""
+    return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _section(section_id: str, heading: str, body: str) -> str:
+    return f"<section id='{section_id}'><h2>{_e(heading)}</h2>{body}</section>"
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)

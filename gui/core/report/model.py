@@ -1,0 +1,137 @@
+"""The bundle every export renders (session + analysis + cost + recommendations) and the words it is told in.
+
+Owns the text of the report's tables (headline, straggler, cost, checkpoints, data quality) so that HTML and PDF
+say exactly the same thing. Must never import Qt.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gui.core.analysis import SessionAnalysis, analyze
+from gui.core.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
+from gui.core.phases import PHASES
+from gui.core.recommendations import Recommendation, recommend
+from gui.core.session_data import SessionData
+
+Rows = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything an export needs."""
+
+    session: SessionData
+    analysis: SessionAnalysis
+    cost: CostBreakdown
+    recommendations: list[Recommendation]
+
+
+def build_report(session: SessionData, price_per_gpu_hour: float | None = None, *,
+                 now_s: float | None = None) -> Report:
+    """Analyze a session, price it and derive the recommendations."""
+    analysis = analyze(session)
+    cost = estimate_cost(analysis, session, price_per_gpu_hour, now_s=now_s)
+    return Report(session, analysis, cost, recommend(analysis, cost))
+
+
+def headline_rows(report: Report) -> Rows:
+    """The answer to "is this run healthy, what did it cost, where did the time go?" in a few lines."""
+    a, c = report.analysis, report.cost
+    shares = a.overall.shares
+    throughput = f"{a.throughput:,.1f} {a.throughput_unit}" if a.throughput is not None else "no steady steps"
+    return [
+        ("Run", a.run_id or "(unnamed)"),
+        ("Source", a.source),
+        ("Framework / strategy", f"{a.framework} / {a.strategy}"),
+        ("Ranks", f"{len(a.ranks)} (world size {a.world_size})"),
+        ("Started", _when(a.start_s)),
+        ("Duration", duration_text(a.duration_s)),
+        ("Steps", f"{a.steps_total:,} recorded, {a.steps_steady:,} in steady state"),
+        ("Mean step time", f"{a.overall.step_s * 1e3:.1f} ms (steady state)"),
+        ("Throughput", throughput),
+        ("Time split", ", ".join(f"{p.label} {shares[p.name]:.1%}" for p in PHASES)),
+        ("Idle share", f"{a.overall.idle_share:.1%} of step time"),
+        ("Straggler", straggler_text(a)),
+        ("Cost so far", money(c, c.cost_total) + f" ({hours_text(c.device_hours)} {c.unit})"),
+        ("Cost of waiting", money(c, c.waste_total) + f" ({c.waste_share:.1%} of the cost)"),
+        ("GPUs", a.gpu_statement),
+    ]
+
+
+def straggler_text(analysis: SessionAnalysis) -> str:
+    """The straggler and its cause in one sentence, or why none was flagged."""
+    s = analysis.straggler
+    if s is None:
+        if analysis.wait_diagnosis == "network":
+            return ("none: every rank waits at the all-reduce and nobody's compute stands out — "
+                    "the network (interconnect) is the likely bottleneck")
+        return "none flagged"
+    return (f"rank {s.rank}, late by {s.gap_s * 1e3:.1f} ms per step ({s.gap_share:.1%} of the step), slowest in "
+            f"{s.min_share:.0%} of steps in {s.windows_flagged}/{s.windows_total} windows; cause: "
+            f"{s.cause.replace('_', ' ')} — {s.cause_detail}")
+
+
+def cost_rows(report: Report) -> Rows:
+    """Price, its origin, the device assumption and the cost of waiting by cause."""
+    c = report.cost
+    rows = [
+        ("Price", f"{c.currency}{c.price_per_gpu_hour:g} per {c.unit[:-1]} (from {c.price_source})"),
+        ("Devices", c.assumption),
+        ("Total", f"{money(c, c.cost_total)} for {hours_text(c.device_hours)} {c.unit}"),
+    ]
+    rows += [(f"Waiting: {label}", f"{money(c, c.waste_cost[key])} ({hours_text(c.waste_hours[key])} {c.unit})")
+             for key, label in WASTE_CAUSES.items()]
+    return rows
+
+
+def checkpoint_rows(report: Report) -> Rows:
+    """Checkpoint times and intervals, restarts, and the work a failure now would lose."""
+    a, c = report.analysis, report.cost
+    intervals = a.checkpoint_intervals_s
+    rows = [
+        ("Checkpoints", f"{len(a.checkpoints_s)}" + (f", last at {_when(a.checkpoints_s[-1])}"
+                                                      if a.checkpoints_s else "")),
+        ("Interval", (f"median {duration_text(sorted(intervals)[len(intervals) // 2])}, longest "
+                      f"{duration_text(max(intervals))}") if intervals else "n/a"),
+        ("Restarts", str(a.restarts)),
+        ("Errors", str(a.errors)),
+        ("Work at risk", f"{hours_text(c.at_risk_hours)} {c.unit} = {money(c, c.at_risk_cost)} ({c.at_risk_reason})"),
+    ]
+    return rows
+
+
+def quality_rows(report: Report) -> Rows:
+    """What the figures could not see."""
+    q = report.analysis.data_quality
+    rejected = ", ".join(f"{k}: {v}" for k, v in sorted(q.rejected.items())) or "none"
+    return [
+        ("Sequence gaps", f"{q.gaps} ({q.missing_messages} messages lost in transit)"),
+        ("Rejected messages", rejected),
+        ("Dropped by agents", f"{q.agent_dropped_records} records (agent queue full)"),
+        ("Steps with unmeasured phases", f"{q.steps_missing_phases} (their time is counted as 'Other')"),
+    ]
+
+
+def money(cost: CostBreakdown, value: float) -> str:
+    """A money amount with the currency (cents for amounts under 1 would all read 0.00: show 4 decimals)."""
+    return f"{cost.currency}{value:,.2f}" if abs(value) >= 1 or value == 0 else f"{cost.currency}{value:.4f}"
+
+
+def hours_text(hours: float) -> str:
+    """Device-hours with 2 decimals, or 3 significant digits for short runs ("0.00" would say nothing)."""
+    return f"{hours:,.2f}" if hours >= 1 or hours == 0 else f"{hours:.3g}"
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as "1 h 02 min", "3 min 05 s" or "12.3 s"."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{seconds:.1f} s"
+
+
+def _when(ts_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts_s)) if ts_s > 0 else "n/a"

@@ -1,0 +1,171 @@
+"""Report and comparison exports from the window, on a worker thread with a progress dialog and a cancel button.
+
+Owns the export user flow: choose a format and a file, run ``gui.core.report.export`` on a ``QThreadPool``
+worker (the live window keeps drawing), show progress, cancel. The worker never touches a widget: it emits
+signals of a QObject living on the GUI thread, which Qt delivers there (queued).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+
+from gui.core.report import ExportCancelled, build_report, export
+from gui.core.session_data import SessionData
+
+FILTERS: dict[str, str] = {
+    "HTML report (*.html)": "html",
+    "PDF report (*.pdf)": "pdf",
+    "Chrome / Perfetto trace (*.json)": "trace",
+    "CSV files (a folder)": "csv",
+}
+
+
+class ExportJob(QtCore.QObject):
+    """One export in flight. Signals arrive on the GUI thread."""
+
+    sig_progressed = QtCore.Signal(float, str)
+    """Fraction done (0..1) and what is being done."""
+    sig_finished = QtCore.Signal(list)
+    """The paths written (list of str)."""
+    sig_failed = QtCore.Signal(str)
+    """The export failed; the text says why."""
+    sig_cancelled = QtCore.Signal()
+    """The user cancelled; nothing was written."""
+
+    def __init__(self, session: SessionData, kind: str, path: str, price_per_gpu_hour: float | None) -> None:
+        super().__init__()
+        self.kind = kind
+        self.path = path
+        self._session = session
+        self._price = price_per_gpu_hour
+        self._cancel = threading.Event()
+        self.done = False
+
+    def cancel(self) -> None:
+        """Ask the worker to stop at its next progress report."""
+        self._cancel.set()
+
+    def run(self) -> None:
+        """Runs on the worker thread."""
+        try:
+            report = build_report(self._session, self._price)
+            paths = export(report, self.kind, self.path, progress=self._progress, cancel=self._cancel)
+        except ExportCancelled:
+            self.done = True
+            self.sig_cancelled.emit()
+        except Exception as exc:  # reported to the user, never raised into Qt's event loop
+            self.done = True
+            self.sig_failed.emit(f"{self.kind} export to {self.path} failed: {exc}\n\n{traceback.format_exc(limit=3)}")
+        else:
+            self.done = True
+            self.sig_finished.emit([str(p) for p in paths])
+
+    def _progress(self, fraction: float, message: str) -> None:
+        self.sig_progressed.emit(fraction, message)
+
+
+class _Runnable(QtCore.QRunnable):
+    def __init__(self, job: ExportJob) -> None:
+        super().__init__()
+        self._job = job
+
+    def run(self) -> None:
+        self._job.run()
+
+
+class QtReportExporter(QtCore.QObject):
+    """Starts exports on a thread pool and shows a progress dialog with Cancel for each."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None, pool: QtCore.QThreadPool | None = None) -> None:
+        super().__init__(parent)
+        self._parent = parent
+        self._pool = pool or QtCore.QThreadPool.globalInstance()
+        self.jobs: list[ExportJob] = []
+
+    def start(self, session: SessionData, kind: str, path: str, price_per_gpu_hour: float | None = None,
+              *, show_progress: bool = True) -> ExportJob:
+        """Start one export; returns its job (connect to its signals). ``kind``: html, pdf, csv or trace."""
+        job = ExportJob(session, kind, path, price_per_gpu_hour)
+        self.jobs.append(job)
+        if show_progress:
+            self._attach_dialog(job)
+        job.sig_finished.connect(lambda _paths, j=job: self._forget(j))
+        job.sig_failed.connect(lambda text, j=job: self._failed(j, text))
+        job.sig_cancelled.connect(lambda j=job: self._forget(j))
+        self._pool.start(_Runnable(job))
+        return job
+
+    def _attach_dialog(self, job: ExportJob) -> None:
+        dialog = QtWidgets.QProgressDialog(f"Exporting {job.kind} to {Path(job.path).name}…", "Cancel", 0, 1000,
+                                           self._parent)
+        dialog.setWindowTitle("Export report")
+        dialog.setWindowModality(QtCore.Qt.WindowModality.NonModal)  # the live window keeps working
+        dialog.setMinimumDuration(300)
+        dialog.canceled.connect(job.cancel)
+        job.sig_progressed.connect(lambda f, m: (dialog.setValue(int(f * 1000)), dialog.setLabelText(m)))
+        for signal in (job.sig_finished, job.sig_failed, job.sig_cancelled):
+            signal.connect(dialog.reset)
+        job.dialog = dialog  # type: ignore[attr-defined]
+
+    def _failed(self, job: ExportJob, text: str) -> None:
+        self._forget(job)
+        if self._parent is not None:
+            QtWidgets.QMessageBox.warning(self._parent, "Export failed", text.split("\n\n")[0])
+
+    def _forget(self, job: ExportJob) -> None:
+        if job in self.jobs:
+            self.jobs.remove(job)
+
+
+_exporters: dict[int, QtReportExporter] = {}
+
+
+def exporter_for(parent: QtWidgets.QWidget) -> QtReportExporter:
+    """One exporter per window (kept alive as long as the window)."""
+    key = id(parent)
+    if key not in _exporters:
+        _exporters[key] = QtReportExporter(parent)
+        parent.destroyed.connect(lambda *_a, k=key: _exporters.pop(k, None))
+    return _exporters[key]
+
+
+def export_report(parent: QtWidgets.QWidget, session: SessionData) -> ExportJob | None:
+    """Ask for a format and a file, then export in the background (the main window's File > Export)."""
+    path, chosen = QtWidgets.QFileDialog.getSaveFileName(parent, "Export report", "ringscope-report.html",
+                                                         ";;".join(FILTERS))
+    if not path:
+        return None
+    kind = FILTERS.get(chosen, "html")
+    if kind == "csv":
+        Path(path).mkdir(parents=True, exist_ok=True)
+    preferences = getattr(parent, "preferences", None)
+    price = getattr(preferences, "price_per_gpu_hour", 0.0) or None
+    return exporter_for(parent).start(session, kind, path, price)
+
+
+def compare_sessions(parent: QtWidgets.QWidget) -> None:
+    """Pick two session files and an HTML file, then write the comparison (small: runs in the GUI thread)."""
+    from gui.core.compare import compare, write_compare_html
+    from gui.core.session import SessionFileError, load
+
+    files, _ = QtWidgets.QFileDialog.getOpenFileNames(parent, "Choose two sessions to compare", "",
+                                                      "Ringscope sessions (*.db);;All files (*)")
+    if len(files) != 2:
+        if files:
+            QtWidgets.QMessageBox.information(parent, "Compare sessions",
+                                              f"Choose exactly two session files ({len(files)} chosen).")
+        return
+    target, _ = QtWidgets.QFileDialog.getSaveFileName(parent, "Save comparison", "comparison.html",
+                                                      "HTML (*.html)")
+    if not target:
+        return
+    try:
+        reports = [build_report(load(f)) for f in files]
+    except SessionFileError as exc:
+        QtWidgets.QMessageBox.warning(parent, "Compare sessions", str(exc))
+        return
+    write_compare_html(compare(reports[0], reports[1], Path(files[0]).name, Path(files[1]).name), target)

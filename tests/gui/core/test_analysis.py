@@ -1,0 +1,206 @@
+"""Analysis against sessions with known, injected delays (synthetic synchronous data parallelism).
+
+``make_session`` models synchronous data parallelism exactly: every rank starts step k together, waits for data,
+computes, then the all-reduce ends ``allreduce_s`` after the *last* rank is ready, so each rank's exposed wait is
+(last ready - its ready) + allreduce_s. The figures the analysis must find follow from the injected parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
+from gui.core.analysis import analyze, steady_mask
+from gui.core.session_data import SessionData, columns_from_rows
+
+DATA_S = 0.004
+COMPUTE_S = 0.050
+ALLREDUCE_S = 0.020
+OTHER_S = 0.002
+SAMPLES = 32
+FIRST_BATCH_WAIT_S = 0.5
+
+
+def make_session(ranks: int = 4, steps: int = 120, *, straggler: int | None = None, extra_compute_s: float = 0.0,
+                 extra_data_s: float = 0.0, allreduce_s: float = ALLREDUCE_S, throttle: bool = False,
+                 gpu: bool = True, mirrored: bool = False, checkpoint_every: int | None = None,
+                 restart_at: int | None = None, alternate: bool = False, price: float | None = None,
+                 seed: int = 0, t0: float = 1_700_000_000.0) -> SessionData:
+    """A session with known delays. ``alternate`` makes a different rank slow at every step (no straggler)."""
+    rng = np.random.default_rng(seed)
+    step_rows: list[tuple[object, ...]] = []
+    t = t0
+    for k in range(steps):
+        slow = (k % ranks) if alternate else straggler
+        data = np.full(ranks, DATA_S)
+        compute = COMPUTE_S + rng.uniform(-2e-4, 2e-4, ranks)
+        if slow is not None:
+            data[slow] += extra_data_s
+            compute[slow] += extra_compute_s
+        if k == 0:
+            data[:] = FIRST_BATCH_WAIT_S  # iterator start-up: reported, kept out of steady state
+        ready = t + data + compute
+        allreduce_end = ready.max() + allreduce_s
+        end = allreduce_end + OTHER_S
+        for r in range(ranks):
+            exposed = allreduce_end - ready[r]
+            step_rows.append(dataclasses.astuple(Step(
+                rank=r, step=k, start_s=t, end_s=end, step_s=end - t, data_wait_s=float(data[r]),
+                compute_s=float(compute[r]), comm_s=float(exposed), comm_exposed_s=float(exposed), samples=SAMPLES,
+                first_batch=k == 0)))
+        t = end
+    hosts = [f"node{r}" for r in range(ranks)]
+    gpu_rows = []
+    if gpu:
+        for ts in np.arange(t0, t, 0.5):
+            for r in range(ranks):
+                slow_gpu = throttle and r == straggler
+                gpu_rows.append(dataclasses.astuple(GpuSample(
+                    ts_s=float(ts), host=hosts[r], gpu_index=0, name="H100", rank=r,
+                    util_pct=float(60 if slow_gpu else 90 + rng.uniform(-5, 5)), sm_clock_mhz=1100.0 if slow_gpu
+                    else 1980.0, throttle_reasons=4 if slow_gpu else 0)))
+    host_rows = [dataclasses.astuple(HostSample(ts_s=t0, host=h, cpu_pct=50.0, gpu_count=1 if gpu else 0,
+                                                gpu_status=GpuStatus.OK if gpu else GpuStatus.NO_GPU))
+                 for h in hosts]
+    if mirrored:
+        agents = [Hello("run-m", "agent-0", "node0", 100, 0, 0, 1, 0, list(range(ranks)), "tensorflow", "mirrored",
+                        None, [], "0.1.0", "1.0", t0, 0.0, t0, price)]
+    else:
+        agents = [Hello("run-d", f"agent-{r}", hosts[r], 100 + r, r, 0, ranks, r, [r], "pytorch", "ddp", "gloo", [],
+                        "0.1.0", "1.0", t0, 0.0, t0, price) for r in range(ranks)]
+    events: list[Event] = []
+    if checkpoint_every:
+        step_end = {int(row[1]): float(row[3]) for row in step_rows}
+        for k in range(checkpoint_every, steps, checkpoint_every):
+            events += [Event(ts_s=step_end[k] + 0.001 * r, event=EventKind.CHECKPOINT_SAVED, rank=r, step=k)
+                       for r in range(ranks)]
+    if restart_at is not None:
+        events.append(Event(ts_s=t0 + restart_at, event=EventKind.RESTART, rank=0, text="restarted by launcher"))
+    return SessionData(agents=agents, steps=columns_from_rows("step", step_rows),
+                       gpu=columns_from_rows("gpu", gpu_rows), host=columns_from_rows("host", host_rows),
+                       events=sorted(events, key=lambda e: e.ts_s), source="synthetic")
+
+
+def expected_shares(ranks: int, extra_compute_s: float = 0.0, extra_data_s: float = 0.0,
+                    allreduce_s: float = ALLREDUCE_S) -> dict[str, float]:
+    """The steady-state shares the injected delays imply (one slow rank among ``ranks``)."""
+    late = extra_compute_s + extra_data_s
+    step = DATA_S + COMPUTE_S + late + allreduce_s + OTHER_S
+    means = {"data_wait": DATA_S + extra_data_s / ranks, "compute": COMPUTE_S + extra_compute_s / ranks,
+             "comm_exposed": allreduce_s + late * (ranks - 1) / ranks, "other": OTHER_S}
+    return {k: v / step for k, v in means.items()}
+
+
+def test_shares_match_injected_delays_and_hardware_straggler_is_named() -> None:
+    session = make_session(ranks=4, straggler=2, extra_compute_s=0.030, throttle=True)
+    a = analyze(session)
+    want = expected_shares(4, extra_compute_s=0.030)
+    for name, share in want.items():
+        assert a.overall.shares[name] == pytest.approx(share, abs=0.01), name
+    assert a.straggler is not None
+    assert a.straggler.rank == 2
+    assert a.straggler.gap_s == pytest.approx(0.030, abs=0.002)
+    assert a.straggler.cause == "hardware"
+    assert "1100 MHz" in a.straggler.cause_detail or "throttle" in a.straggler.cause_detail
+    assert a.straggler.windows_flagged == a.straggler.windows_total
+    assert a.wait_diagnosis == "straggler"
+
+
+def test_data_straggler_is_attributed_to_input_pipeline() -> None:
+    a = analyze(make_session(ranks=3, straggler=1, extra_data_s=0.040, gpu=False))
+    assert a.straggler is not None and a.straggler.rank == 1
+    assert a.straggler.cause == "input_pipeline"
+    assert a.straggler.gap_s == pytest.approx(0.040, abs=0.002)
+    assert a.overall.shares["data_wait"] == pytest.approx(expected_shares(3, extra_data_s=0.04)["data_wait"], abs=0.01)
+
+
+def test_slow_compute_without_gpu_evidence_is_compute_not_hardware() -> None:
+    a = analyze(make_session(ranks=2, straggler=0, extra_compute_s=0.025, gpu=False))
+    assert a.straggler is not None and a.straggler.rank == 0
+    assert a.straggler.cause == "compute"
+    # With two ranks the gap is measured against the other rank, not the median of both (which would halve it).
+    assert a.straggler.gap_s == pytest.approx(0.025, abs=0.002)
+
+
+def test_rotating_slow_rank_is_not_a_straggler() -> None:
+    a = analyze(make_session(ranks=4, extra_compute_s=0.030, alternate=True))
+    assert a.straggler is None
+
+
+def test_small_gap_is_not_flagged() -> None:
+    a = analyze(make_session(ranks=4, straggler=3, extra_compute_s=0.001))
+    assert a.straggler is None
+
+
+def test_everyone_waiting_with_even_compute_is_network() -> None:
+    a = analyze(make_session(ranks=4, allreduce_s=0.060))
+    assert a.straggler is None
+    assert a.overall.shares["comm_exposed"] == pytest.approx(expected_shares(4, allreduce_s=0.06)["comm_exposed"],
+                                                             abs=0.01)
+    assert a.wait_diagnosis == "network"
+
+
+def test_first_batch_and_warmup_stay_out_of_steady_state() -> None:
+    session = make_session(ranks=2, steps=50)
+    mask = steady_mask(session.steps)
+    assert not mask[session.steps["step"] < 3].any()
+    a = analyze(session)
+    assert a.steps_steady == 2 * 47
+    assert a.overall.seconds["data_wait"] == pytest.approx(DATA_S, abs=1e-4)
+    # The first batch's start-up wait is still reported in the timeline (first bucket), not hidden.
+    assert np.nanmax(a.timeline.phase_s["data_wait"]) >= FIRST_BATCH_WAIT_S / 2
+
+
+def test_throughput_and_comm_compute_ratio() -> None:
+    a = analyze(make_session(ranks=4, steps=200))
+    step = DATA_S + COMPUTE_S + ALLREDUCE_S + OTHER_S
+    assert a.throughput_unit == "samples/s"
+    assert a.throughput == pytest.approx(4 * SAMPLES / step, rel=0.03)
+    assert a.comm_compute_ratio == pytest.approx(ALLREDUCE_S / COMPUTE_S, rel=0.05)
+    steady_buckets = a.timeline.throughput[2:-1]
+    assert np.nanmedian(steady_buckets) == pytest.approx(4 * SAMPLES / step, rel=0.1)
+
+
+def test_mirrored_strategy_replicas_from_one_agent() -> None:
+    a = analyze(make_session(ranks=2, straggler=1, extra_compute_s=0.02, gpu=False, mirrored=True))
+    assert a.strategy == "mirrored"
+    assert a.ranks == [0, 1]
+    assert a.straggler is not None and a.straggler.rank == 1
+
+
+def test_gpu_statistics_and_no_gpu_statement() -> None:
+    a = analyze(make_session(ranks=2, straggler=1, extra_compute_s=0.03, throttle=True))
+    assert a.gpu_present
+    slow = next(g for g in a.gpus if g.rank == 1)
+    fast = next(g for g in a.gpus if g.rank == 0)
+    assert slow.util_p50 == pytest.approx(60)
+    assert fast.util_p5 is not None and fast.util_p95 is not None
+    assert fast.util_p5 <= fast.util_p50 <= fast.util_p95  # type: ignore[operator]
+    assert slow.throttled_share == 1.0
+    cpu = analyze(make_session(ranks=2, gpu=False))
+    assert not cpu.gpu_present and cpu.gpus == []
+    assert "No GPU" in cpu.gpu_statement
+
+
+def test_checkpoints_are_counted_once_across_ranks_and_restarts_counted() -> None:
+    a = analyze(make_session(ranks=4, steps=100, checkpoint_every=30, restart_at=2))
+    assert len(a.checkpoints_s) == 3  # steps 30, 60, 90, each reported by 4 ranks
+    step = DATA_S + COMPUTE_S + ALLREDUCE_S + OTHER_S
+    for interval in a.checkpoint_intervals_s:
+        assert interval == pytest.approx(30 * step, rel=0.05)
+    assert a.restarts == 1
+
+
+def test_empty_session_does_not_crash() -> None:
+    a = analyze(SessionData())
+    assert a.steps_total == 0 and a.straggler is None and a.throughput is None
+
+
+def test_first_batch_not_sent_counts_as_not_first() -> None:
+    session = make_session(ranks=2, steps=30)
+    session.steps["first_batch"] = np.full(len(session.steps["step"]), np.nan)  # an agent that never sends it
+    a = analyze(session)
+    assert a.steps_steady == 2 * (30 - 3)  # only the warm-up is dropped
