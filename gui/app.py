@@ -1,0 +1,148 @@
+"""Composition root: builds the collector, live store, recorder and main window, and wires them together.
+
+Nothing else creates these objects for the window. ``build_window`` is usable by tests without ``app.exec()``;
+``run`` is what ``ringscope`` / ``ringscope window`` calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from PySide6 import QtCore, QtWidgets
+
+from gui.core.collector import Collector, CollectorError
+from gui.core.recorder import Recorder
+from gui.core.store import LiveStore
+from gui.views import theme
+from gui.views.qt_main_window import QtMainWindow
+from gui.views.qt_preferences import Preferences, load_preferences
+
+log = logging.getLogger(__name__)
+
+
+def default_session_path() -> Path:
+    """``~/.local/share/ringscope/sessions/<timestamp>.db`` (``XDG_DATA_HOME`` respected)."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "ringscope" / "sessions" / f"{time.strftime('%Y%m%d-%H%M%S')}.db"
+
+
+@dataclass
+class WindowParts:
+    """Everything ``build_window`` made; ``close()`` stops it in the right order."""
+
+    window: QtMainWindow
+    store: LiveStore
+    collector: Collector
+    recorder: Recorder | None
+    launcher: Any = None
+    simulation_stop: threading.Event = field(default_factory=threading.Event)
+    simulation: threading.Thread | None = None
+
+    def close(self) -> None:
+        """Stop the simulation, the timer, the collector, then the recorder (so it gets every last record)."""
+        self.simulation_stop.set()
+        self.window.timer.stop()
+        if self.launcher is not None and hasattr(self.launcher, "close"):
+            self.launcher.close()
+        if self.simulation is not None:
+            self.simulation.join(10)
+        self.collector.close()
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def build_window(*, bind: str | None = None, record_to: str | Path | None = None, record: bool = True,
+                 preferences: Preferences | None = None, simulate_ranks: int | None = None,
+                 simulate_kwargs: dict[str, Any] | None = None) -> WindowParts:
+    """Build (but do not ``exec``) the window with a running collector. A QApplication must exist.
+
+    ``record=False`` keeps the session in memory only. ``simulate_ranks`` feeds the window from
+    ``agent.simulate.run_cluster`` (real agents, real sockets) in a background thread.
+    """
+    prefs = preferences or load_preferences()
+    if bind:
+        prefs = replace(prefs, endpoint=bind)
+    store = LiveStore(lost_timeout_s=prefs.lost_timeout_s)
+    collector = Collector(prefs.endpoint, sinks=[store])
+    recorder: Recorder | None = None
+    if record:
+        path = Path(record_to) if record_to else default_session_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recorder = Recorder(path, meta={"command": " ".join(sys.argv)}).start()
+        collector.add_sink(recorder)
+    try:
+        collector.start()
+    except CollectorError:
+        if recorder is not None:
+            recorder.close()
+        raise
+    launcher = _make_launcher(collector.endpoint)
+    window = QtMainWindow(store, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
+                          launcher=launcher)
+    parts = WindowParts(window, store, collector, recorder, launcher)
+    if simulate_ranks:
+        parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {})
+    return parts
+
+
+def run(*, bind: str | None = None, record_to: str | None = None, demo: object | None = None,
+        simulate_ranks: int | None = None) -> int:
+    """Open the window and run the Qt event loop until it closes. Returns the process exit code."""
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    app.setOrganizationName("Ringscope")
+    app.setApplicationName("Ringscope")
+    prefs = load_preferences()
+    theme.apply_theme(app, prefs.theme)  # before any plot is created: pyqtgraph reads its defaults then
+    try:
+        parts = build_window(bind=bind, record_to=record_to, preferences=prefs, simulate_ranks=simulate_ranks)
+    except CollectorError as exc:
+        QtWidgets.QMessageBox.critical(None, "Ringscope", f"{exc}\n\nStart with --bind tcp://127.0.0.1:0 to pick a "
+                                                          "free port, or close the other Ringscope window.")
+        return 2
+    parts.window.show()
+    if demo is not None:
+        QtCore.QTimer.singleShot(0, lambda: _start_demo(parts, demo))
+    try:
+        return int(app.exec())
+    finally:
+        parts.close()
+
+
+def _make_launcher(endpoint: str) -> Any:
+    try:
+        from gui.core.launcher import Launcher  # another engineer's module; optional until it lands
+    except ImportError:
+        return None
+    try:
+        return Launcher(endpoint)
+    except Exception:
+        log.exception("launcher could not be created; launch actions stay disabled")
+        return None
+
+
+def _start_demo(parts: WindowParts, demo: object) -> None:
+    if parts.launcher is None:
+        QtWidgets.QMessageBox.warning(parts.window, "Ringscope demo", "The launcher is not available in this build.")
+        return
+    parts.window.start_launch(demo)
+
+
+def _start_simulation(parts: WindowParts, ranks: int, kwargs: dict[str, Any]) -> threading.Thread:
+    from agent.simulate import run_cluster
+
+    def body() -> None:
+        try:
+            run_cluster(ranks, endpoint=parts.collector.endpoint, stop=parts.simulation_stop, **kwargs)
+        except Exception:
+            log.exception("simulation stopped with an error")
+
+    thread = threading.Thread(target=body, name="ringscope-simulate", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,709 @@
+"""The live store: what the window shows, kept in bounded numpy ring buffers fed by the collector thread.
+
+What it owns: per-rank recent steps, per-rank time-bucketed phase sums (ranks x buckets, for heatmaps and stacked
+columns), per-GPU and per-host series, the ranks-table state (running / lost / finished, last seen, drops, gaps),
+ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in ``gui.core.analysis``).
+
+What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
+(``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
+The GUI never reads the buffers directly: it calls ``snapshot()`` on its timer and gets an immutable ``Snapshot``.
+A missing reading stays NaN, never 0; an empty bucket stays NaN, so the views can draw gaps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
+from agent.wire import Batch
+from gui.core import phases
+from gui.core.ingest import Gap, Rejection
+from gui.core.session_data import Columns, SessionData, empty_columns
+
+log = logging.getLogger(__name__)
+
+PHASES: Final[tuple[str, ...]] = tuple(phase.name for phase in phases.PHASES)
+"""The step phases every chart stacks, in this order (other = step - data wait - compute - exposed comm)."""
+
+STATE_RUNNING: Final = "running"
+STATE_LOST: Final = "lost"
+STATE_FINISHED: Final = "finished"
+
+_RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_exposed_s", "samples", "loss")
+_HEAT: Final = ("step_s", "data_wait_s", "compute_s", "comm_exposed_s")
+_BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
+                       "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """The rank the others wait for, and why the heuristic thinks so (one sentence for the overview)."""
+
+    rank: int
+    others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSeries:
+    """Recent readings of one GPU (oldest first). ``util_pct`` / ``mem_used_bytes`` NaN where not supported."""
+
+    host: str
+    gpu_index: int
+    name: str | None
+    rank: int | None
+    ts_s: np.ndarray
+    util_pct: np.ndarray
+    mem_used_bytes: np.ndarray
+    mem_total_bytes: float  # NaN when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """The latest reading of one host, with its CPU series (oldest first) for the no-GPU fallback chart."""
+
+    host: str
+    gpu_status: str
+    gpu_status_detail: str | None
+    gpu_count: int
+    ts_s: np.ndarray
+    cpu_pct: np.ndarray
+    mem_used_bytes: float
+    mem_total_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of the store for one GUI frame. All per-rank arrays are in ``ranks`` order (sorted).
+
+    Heat matrices are ranks x buckets (oldest bucket first); ``bucket_start_s`` is NaN for buckets not yet used.
+    Per-rank ``recent_*`` figures are means over the last ``recent_window`` steps (first-batch steps excluded).
+    """
+
+    version: int
+    now_s: float
+    ranks: np.ndarray
+    hosts: tuple[str, ...]
+    state: tuple[str, ...]
+    last_seen_s: np.ndarray
+    current_step: np.ndarray
+    recent_step_s: np.ndarray
+    recent_data_wait_s: np.ndarray
+    recent_compute_s: np.ndarray
+    recent_comm_exposed_s: np.ndarray
+    drops: np.ndarray
+    gaps: np.ndarray
+    bucket_s: float
+    bucket_start_s: np.ndarray
+    heat_step_s: np.ndarray
+    heat_data_wait_share: np.ndarray
+    heat_comm_exposed_share: np.ndarray
+    heat_compute_share: np.ndarray
+    cluster_phase_s: dict[str, np.ndarray]  # per bucket, mean over ranks, seconds; keys PHASES + "step"
+    gpus: tuple[GpuSeries, ...]
+    host_states: tuple[HostState, ...]
+    framework: str
+    strategy: str
+    world_size: int
+    started_s: float
+    steps_per_s: float
+    samples_per_s: float  # NaN when the agents do not report samples
+    messages_per_s: float
+    idle_share: float  # NaN until steps with compute times arrived
+    idle_cause: str  # one of PHASES other than compute, or "" when unknown
+    idle_cause_share: float
+    straggler: Straggler | None
+    counters: dict[str, Any]
+    steps_total: int
+    latest_end_s: float
+
+    @property
+    def no_gpu(self) -> bool:
+        """True when hosts have reported and none has a GPU (the window then shows CPU instead)."""
+        return bool(self.host_states) and not self.gpus and all(
+            h.gpu_status != GpuStatus.OK or h.gpu_count == 0 for h in self.host_states)
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the earliest agent started (NaN before any agent said hello)."""
+        return self.now_s - self.started_s if math.isfinite(self.started_s) else math.nan
+
+    def straggler_row(self) -> int | None:
+        """Index of the straggler in ``ranks`` (None when there is none)."""
+        if self.straggler is None:
+            return None
+        hits = np.flatnonzero(self.ranks == self.straggler.rank)
+        return int(hits[0]) if hits.size else None
+
+
+@dataclass(slots=True)
+class _Ring:
+    """A fixed-size ring of float64 columns (one ring per GPU or host)."""
+
+    names: tuple[str, ...]
+    size: int
+    count: int = 0
+    data: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data = {name: np.full(self.size, np.nan) for name in self.names}
+
+    def append(self, values: dict[str, float | None]) -> None:
+        slot = self.count % self.size
+        for name in self.names:
+            value = values.get(name)
+            self.data[name][slot] = np.nan if value is None else value
+        self.count += 1
+
+    def ordered(self, name: str) -> np.ndarray:
+        n = min(self.count, self.size)
+        idx = (np.arange(self.count - n, self.count)) % self.size
+        return self.data[name][idx]
+
+
+class LiveStore:
+    """Bounded live state of a session. Implements ``gui.core.ingest.IngestSink``; thread-safe.
+
+    Args:
+        lost_timeout_s: a rank with no message for longer than this is shown as lost.
+        bucket_s: width of one time bucket of the heat matrices, seconds.
+        buckets: how many buckets are kept (``buckets * bucket_s`` seconds of history).
+        recent_steps: steps kept per rank for tables, per-rank breakdowns and ``to_session_data``.
+        recent_window: steps averaged for the per-rank figures and the straggler heuristic.
+        series_len: readings kept per GPU and per host.
+    """
+
+    def __init__(self, *, lost_timeout_s: float = 5.0, bucket_s: float = 1.0, buckets: int = 300,
+                 recent_steps: int = 128, recent_window: int = 20, series_len: int = 600) -> None:
+        if bucket_s <= 0 or buckets < 2 or recent_steps < 1 or not 1 <= recent_window <= recent_steps:
+            raise ValueError(f"LiveStore: need bucket_s > 0 (got {bucket_s}), buckets >= 2 (got {buckets}), "
+                             f"1 <= recent_window ({recent_window}) <= recent_steps ({recent_steps})")
+        self.lost_timeout_s = float(lost_timeout_s)
+        self.bucket_s = float(bucket_s)
+        self._T = buckets
+        self._R = recent_steps
+        self._K = recent_window
+        self._series_len = series_len
+        self._lock = threading.Lock()
+        self._version = 0
+        self._cache: Snapshot | None = None
+        # rank rows (arrival order) and their growable arrays
+        self._row_of: dict[int, int] = {}
+        self._cap = 0
+        self._rows = 0
+        self._rank_arr = np.zeros(0, np.int64)
+        self._rank: dict[str, np.ndarray] = {}
+        self._recent: dict[str, np.ndarray] = {}
+        self._sums: dict[str, np.ndarray] = {}
+        self._rank_hosts: list[str] = []
+        self._heat: dict[str, np.ndarray] = {}
+        self._grow(64)
+        # Derived per-cell figures (mean step, phase shares) are kept up to date column by column: only the
+        # columns written since the last snapshot are recomputed, so a frame costs O(ranks), not O(ranks x T).
+        self._heat = {name: np.full((self._cap, buckets), np.nan, np.float32) for name in _HEAT}
+        self._cluster: dict[str, np.ndarray] = {name: np.full(buckets, np.nan) for name in ("step", *PHASES)}
+        self._dirty_cols: set[int] = set()
+        self._gpu_version = 0
+        self._gpu_cache: tuple[int, tuple[GpuSeries, ...], tuple[HostState, ...]] | None = None
+        self._loss_version = 0
+        self._loss_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._col_abs = np.full(buckets, -1, np.int64)  # which absolute bucket each column holds
+        self._head_abs = -1
+        self._bucket_samples = np.zeros(buckets)
+        self._bucket_steps = np.zeros(buckets)
+        # per agent / host / gpu
+        self._agents: dict[str, Hello] = {}
+        self._agent_ranks: dict[str, set[int]] = {}
+        self._rank_agents: dict[int, set[str]] = {}
+        self._agent_dropped: dict[str, int] = {}
+        self._agent_missing: dict[str, int] = {}
+        self._health: dict[str, Health] = {}
+        self._gpus: dict[tuple[str, int], tuple[_Ring, GpuSample]] = {}
+        self._hosts: dict[str, tuple[_Ring, HostSample]] = {}
+        self._events: deque[Event] = deque(maxlen=2000)
+        # ingest counters and rates (per receive second)
+        self._counters: dict[str, Any] = {"messages": 0, "records": 0, "gaps": 0, "missing_messages": 0,
+                                          "rejected": {}, "late_steps": 0, "bad_records": 0}
+        self._sec_abs = np.full(16, -1, np.int64)
+        self._sec_msgs = np.zeros(16)
+        self._steps_total = 0
+        self._latest_end_s = math.nan
+        self._end_ring = np.full(1 << 16, np.nan)  # end_s of ingested steps, for latency measurements
+
+    # ---- Public API: IngestSink (collector thread) ---------------------------------------------------------------
+
+    def on_batch(self, batch: Batch, recv_s: float) -> None:
+        """Take one validated message. Never raises: a record that cannot be stored is counted and skipped."""
+        with self._lock:
+            self._version += 1
+            self._counters["messages"] += 1
+            self._counters["records"] += len(batch.records)
+            self._count_second(recv_s)
+            for record in batch.records:
+                try:
+                    self._take(batch.agent_id, record, recv_s)
+                except Exception:  # a sink must never raise into the collector
+                    self._counters["bad_records"] += 1
+                    log.debug("store: could not take %r", record, exc_info=True)
+            for rank in self._agent_ranks.get(batch.agent_id, ()):
+                row = self._row_of.get(rank)
+                if row is not None:
+                    self._rank["last_seen_s"][row] = recv_s
+
+    def on_gap(self, gap: Gap) -> None:
+        """Count messages an agent lost; the ranks it reports for show them in their ``gaps`` column."""
+        with self._lock:
+            self._version += 1
+            self._counters["gaps"] += 1
+            self._counters["missing_messages"] += gap.missing
+            self._agent_missing[gap.agent_id] = self._agent_missing.get(gap.agent_id, 0) + gap.missing
+            self._loss_version += 1
+
+    def on_rejection(self, rejection: Rejection) -> None:
+        """Count a rejected message by reason."""
+        with self._lock:
+            self._version += 1
+            rejected = self._counters["rejected"]
+            rejected[rejection.reason] = rejected.get(rejection.reason, 0) + 1
+
+    # ---- Public API: GUI thread ----------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Incremented on every change; a view can skip work when it has not moved."""
+        return self._version
+
+    def snapshot(self, now_s: float | None = None) -> Snapshot:
+        """An immutable view for one frame. Reuses the previous one when nothing changed in the last 0.2 s."""
+        now = time.time() if now_s is None else now_s
+        cached = self._cache
+        if cached is not None and cached.version == self._version and 0 <= now - cached.now_s < 0.2:
+            return cached
+        with self._lock:
+            raw = self._copy_locked()
+            if now_s is None:
+                now = time.time()  # after the copy: no message in it can be "newer than now"
+        snap = _build_snapshot(raw, now, self)
+        self._cache = snap
+        return snap
+
+    def step_end_times(self, since: int) -> tuple[np.ndarray, int]:
+        """``end_s`` of the steps ingested after the first ``since`` (at most the last 65 536), and the new total."""
+        with self._lock:
+            total = self._steps_total
+            size = self._end_ring.size
+            first = max(since, total - size)
+            idx = np.arange(first, total) % size
+            return self._end_ring[idx].copy(), total
+
+    def to_session_data(self) -> SessionData:
+        """What the store holds as a ``SessionData`` (recent steps only) for live cost and analysis."""
+        with self._lock:
+            steps = self._steps_columns_locked()
+            gpu = _series_columns("gpu", [(ring, {"host": s.host, "gpu_index": s.gpu_index, "uuid": s.uuid,
+                                                  "name": s.name, "rank": s.rank})
+                                          for ring, s in self._gpus.values()])
+            host = _series_columns("host", [(ring, {"host": s.host, "gpu_count": s.gpu_count,
+                                                    "gpu_status": s.gpu_status})
+                                            for ring, s in self._hosts.values()])
+            health = empty_columns("health")
+            if self._health:
+                rows = list(self._health.values())
+                health = {name: np.array([float(getattr(h, name)) for h in rows]) for name in health}
+            counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
+            return SessionData(agents=list(self._agents.values()), steps=steps, gpu=gpu, host=host,
+                               health=health, events=list(self._events), counters=counters, source="live")
+
+    # ---- Ingest --------------------------------------------------------------------------------------------------
+
+    def _take(self, agent_id: str, record: Any, recv_s: float) -> None:
+        if isinstance(record, Step):
+            self._take_step(agent_id, record)
+        elif isinstance(record, GpuSample):
+            self._take_gpu(record)
+        elif isinstance(record, HostSample):
+            self._take_host(record)
+        elif isinstance(record, Hello):
+            self._take_hello(record)
+        elif isinstance(record, Health):
+            if self._agent_dropped.get(agent_id) != record.dropped_records:
+                self._loss_version += 1
+            self._health[agent_id] = record
+            self._agent_dropped[agent_id] = record.dropped_records
+        elif isinstance(record, Event):
+            self._events.append(record)
+            if record.event == EventKind.FINISHED:
+                ranks = self._agent_ranks.get(agent_id) or ({record.rank} if record.rank is not None else set())
+                for rank in ranks:
+                    self._rank["finished"][self._row(rank)] = 1.0
+
+    def _take_hello(self, hello: Hello) -> None:
+        known = hello.agent_id in self._agents
+        self._agents[hello.agent_id] = hello
+        ranks = set(hello.ranks) or {hello.rank}
+        self._agent_ranks[hello.agent_id] = ranks
+        for rank in ranks:
+            row = self._row(rank)
+            self._rank_agents.setdefault(rank, set()).add(hello.agent_id)
+            self._loss_version += 1
+            self._rank_hosts[row] = hello.host
+            if not known:
+                self._rank["finished"][row] = 0.0  # a new agent for this rank: a restart, running again
+
+    def _take_step(self, agent_id: str, s: Step) -> None:
+        row = self._row(s.rank)
+        agents = self._rank_agents.setdefault(s.rank, set())
+        if agent_id not in agents:
+            agents.add(agent_id)
+            self._loss_version += 1
+            self._rank["finished"][row] = 0.0  # steps from a new agent for this rank: it restarted
+        self._agent_ranks.setdefault(agent_id, set()).add(s.rank)
+        self._rank["current_step"][row] = s.step
+        slot = int(self._rank["count"][row]) % self._R
+        self._rank["count"][row] += 1
+        recent = self._recent
+        recent["step"][row, slot] = s.step
+        recent["end_s"][row, slot] = s.end_s
+        recent["first_batch"][row, slot] = s.first_batch
+        for name in _RECENT_FIELDS:
+            value = getattr(s, name)
+            recent[name][row, slot] = np.nan if value is None else value
+        self._end_ring[self._steps_total % self._end_ring.size] = s.end_s
+        self._steps_total += 1
+        if not s.end_s <= self._latest_end_s:
+            self._latest_end_s = s.end_s
+        if not s.first_batch:  # start-up data waits stay out of the steady-state pictures
+            self._bucket_add(row, s)
+
+    def _bucket_add(self, row: int, s: Step) -> None:
+        b = math.floor(s.end_s / self.bucket_s)
+        if b > self._head_abs:
+            first = max(self._head_abs + 1, b - self._T + 1)
+            cols = np.arange(first, b + 1) % self._T
+            for array in self._sums.values():
+                array[:, cols] = 0.0
+            self._bucket_samples[cols] = 0.0
+            self._bucket_steps[cols] = 0.0
+            self._col_abs[cols] = np.arange(first, b + 1)
+            self._dirty_cols.update(cols.tolist())
+            self._head_abs = b
+        col = b % self._T
+        if self._col_abs[col] != b:
+            self._counters["late_steps"] += 1  # older than the kept history
+            return
+        sums = self._sums
+        self._dirty_cols.add(col)
+        sums["n"][row, col] += 1
+        sums["step_s"][row, col] += s.step_s
+        for name in ("data_wait_s", "compute_s", "comm_exposed_s"):
+            value = getattr(s, name)
+            if value is not None:
+                sums[name][row, col] += value
+                sums["n_" + name][row, col] += 1
+        self._bucket_steps[col] += 1
+        if s.samples is not None:
+            self._bucket_samples[col] += s.samples
+
+    def _take_gpu(self, g: GpuSample) -> None:
+        self._gpu_version += 1
+        key = (g.host, g.gpu_index)
+        entry = self._gpus.get(key)
+        ring = entry[0] if entry else _Ring(("ts_s", "util_pct", "mem_used_bytes"), self._series_len)
+        ring.append({"ts_s": g.ts_s, "util_pct": g.util_pct, "mem_used_bytes": g.mem_used_bytes})
+        self._gpus[key] = (ring, g)
+
+    def _take_host(self, h: HostSample) -> None:
+        self._gpu_version += 1
+        entry = self._hosts.get(h.host)
+        ring = entry[0] if entry else _Ring(("ts_s", "cpu_pct", "mem_used_bytes"), self._series_len)
+        if ring.count and h.ts_s - ring.ordered("ts_s")[-1] < 0.2:
+            self._hosts[h.host] = (ring, h)  # many agents on one host: keep one reading per ~0.2 s
+            return
+        ring.append({"ts_s": h.ts_s, "cpu_pct": h.cpu_pct, "mem_used_bytes": h.mem_used_bytes})
+        self._hosts[h.host] = (ring, h)
+
+    def _count_second(self, recv_s: float) -> None:
+        sec = int(recv_s)
+        slot = sec % self._sec_abs.size
+        if self._sec_abs[slot] != sec:
+            self._sec_abs[slot] = sec
+            self._sec_msgs[slot] = 0
+        self._sec_msgs[slot] += 1
+
+    # ---- Rows ----------------------------------------------------------------------------------------------------
+
+    def _row(self, rank: int) -> int:
+        row = self._row_of.get(rank)
+        if row is None:
+            if self._rows == self._cap:
+                self._grow(self._cap * 2)
+            row = self._rows
+            self._rows += 1
+            self._row_of[rank] = row
+            self._rank_arr[row] = rank
+            self._rank["last_seen_s"][row] = time.time()
+            self._loss_version += 1  # a new row: the per-rank drops / gaps arrays change shape
+        return row
+
+    def _grow(self, cap: int) -> None:
+        def grown(array: np.ndarray, fill: float) -> np.ndarray:
+            out = np.full((cap, *array.shape[1:]), fill, dtype=array.dtype)
+            out[: array.shape[0]] = array
+            return out
+
+        if self._cap == 0:
+            self._rank = {name: np.full(0, np.nan) for name in ("last_seen_s", "current_step", "finished", "count")}
+            self._recent = {name: np.full((0, self._R), np.nan, np.float32) for name in _RECENT_FIELDS}
+            self._recent["step"] = np.full((0, self._R), -1, np.int64)
+            self._recent["end_s"] = np.full((0, self._R), np.nan)
+            self._recent["first_batch"] = np.zeros((0, self._R), bool)
+            self._sums = {name: np.zeros((0, self._T), np.float32) for name in _BUCKET_SUMS}
+        self._rank_arr = grown(self._rank_arr, 0)
+        self._rank = {name: grown(a, 0.0 if name in ("finished", "count") else np.nan) for name, a in
+                      self._rank.items()}
+        self._recent = {name: grown(a, -1 if a.dtype == np.int64 else (0 if a.dtype == bool else np.nan))
+                        for name, a in self._recent.items()}
+        self._sums = {name: grown(a, 0.0) for name, a in self._sums.items()}
+        self._heat = {name: grown(a, np.nan) for name, a in self._heat.items()}
+        self._rank_hosts.extend(["?"] * (cap - len(self._rank_hosts)))
+        self._cap = cap
+
+    # ---- Snapshot support ----------------------------------------------------------------------------------------
+
+    def _copy_locked(self) -> dict[str, Any]:
+        n = self._rows
+        self._refresh_heat_locked()
+        order = np.argsort(self._rank_arr[:n], kind="stable")
+        rows: Any = slice(0, n) if np.array_equal(order, np.arange(n)) else order  # arrival order is usually sorted
+        count = self._rank["count"][rows].astype(np.int64)
+        idx = (count[:, None] - 1 - np.arange(self._K)[None, :]) % self._R
+        valid = np.arange(self._K)[None, :] < count[:, None]
+        recent = {name: np.take_along_axis(self._recent[name][rows], idx, 1)
+                  for name in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s", "first_batch")}
+        cols = (np.arange(self._T) + self._head_abs + 1) % self._T  # oldest bucket first
+        ranks = self._rank_arr[rows]
+        gpus, hosts = self._devices_locked()
+        drops, gaps = self._losses_locked(ranks)
+        return {
+            "version": self._version, "ranks": ranks, "hosts": tuple(self._rank_hosts[i] for i in order),
+            "last_seen_s": self._rank["last_seen_s"][rows], "finished": self._rank["finished"][rows],
+            "current_step": self._rank["current_step"][rows], "recent": recent, "valid": valid,
+            "heat": {name: a[rows][:, cols] for name, a in self._heat.items()},
+            "cluster": {name: a[cols] for name, a in self._cluster.items()},
+            "bucket_abs": self._col_abs[cols].copy(), "bucket_samples": self._bucket_samples[cols].copy(),
+            "bucket_steps": self._bucket_steps[cols].copy(), "drops": drops, "gaps": gaps,
+            "hellos": list(self._agents.values()), "gpus": gpus, "hosts_state": hosts,
+            "sec_abs": self._sec_abs.copy(), "sec_msgs": self._sec_msgs.copy(),
+            "counters": dict(self._counters, rejected=dict(self._counters["rejected"]),
+                             agents=len(self._agents)),
+            "steps_total": self._steps_total, "latest_end_s": self._latest_end_s,
+        }
+
+    def _refresh_heat_locked(self) -> None:
+        if not self._dirty_cols:
+            return
+        cols = np.fromiter(self._dirty_cols, np.int64)
+        self._dirty_cols.clear()
+        n = self._rows
+        sums = {name: a[:n, cols] for name, a in self._sums.items()}
+        with np.errstate(all="ignore"):
+            step_mean = sums["step_s"] / sums["n"]
+            self._heat["step_s"][:n, cols] = step_mean
+            for name in ("data_wait_s", "compute_s", "comm_exposed_s"):
+                self._heat[name][:n, cols] = (sums[name] / sums["n_" + name]) / step_mean
+            cluster = self._cluster
+            cluster["step"][cols] = sums["step_s"].sum(0) / sums["n"].sum(0)
+            for name, phase in (("data_wait_s", "data_wait"), ("compute_s", "compute"),
+                                ("comm_exposed_s", "comm_exposed")):
+                cluster[phase][cols] = sums[name].sum(0) / sums["n_" + name].sum(0)
+            cluster["other"][cols] = np.maximum(cluster["step"][cols] - cluster["data_wait"][cols]
+                                                - cluster["compute"][cols] - cluster["comm_exposed"][cols], 0.0)
+
+    def _devices_locked(self) -> tuple[tuple[GpuSeries, ...], tuple[HostState, ...]]:
+        # GPU and host samples arrive at a few Hz: rebuild their series only when one arrived
+        if self._gpu_cache is not None and self._gpu_cache[0] == self._gpu_version:
+            return self._gpu_cache[1], self._gpu_cache[2]
+        gpus = tuple(GpuSeries(s.host, s.gpu_index, s.name, s.rank, ring.ordered("ts_s"), ring.ordered("util_pct"),
+                               ring.ordered("mem_used_bytes"),
+                               math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes))
+                     for (ring, s) in sorted(self._gpus.values(), key=lambda e: (e[1].host, e[1].gpu_index)))
+        hosts = tuple(HostState(h.host, h.gpu_status, h.gpu_status_detail, h.gpu_count, ring.ordered("ts_s"),
+                                ring.ordered("cpu_pct"),
+                                math.nan if h.mem_used_bytes is None else float(h.mem_used_bytes),
+                                math.nan if h.mem_total_bytes is None else float(h.mem_total_bytes))
+                      for ring, h in sorted(self._hosts.values(), key=lambda e: e[1].host))
+        self._gpu_cache = (self._gpu_version, gpus, hosts)
+        return gpus, hosts
+
+    def _losses_locked(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._loss_cache is not None and self._loss_cache[0] == self._loss_version:
+            return self._loss_cache[1], self._loss_cache[2]
+        agents = [self._rank_agents.get(int(r), ()) for r in ranks]
+        drops = np.array([sum(self._agent_dropped.get(a, 0) for a in group) for group in agents], np.int64)
+        gaps = np.array([sum(self._agent_missing.get(a, 0) for a in group) for group in agents], np.int64)
+        self._loss_cache = (self._loss_version, _readonly(drops), _readonly(gaps))
+        return drops, gaps
+
+    def _steps_columns_locked(self) -> Columns:
+        n = self._rows
+        if n == 0:
+            return empty_columns("step")
+        filled = self._recent["step"][:n] >= 0
+        rows = np.nonzero(filled)
+        out = empty_columns("step")
+        length = len(rows[0])
+        for name in out:
+            out[name] = np.full(length, np.nan)
+        out["rank"] = self._rank_arr[:n][rows[0]].astype(np.float64)
+        out["step"] = self._recent["step"][:n][filled].astype(np.float64)
+        out["end_s"] = self._recent["end_s"][:n][filled]
+        out["first_batch"] = self._recent["first_batch"][:n][filled].astype(np.float64)
+        for name in _RECENT_FIELDS:
+            out[name] = self._recent[name][:n][filled].astype(np.float64)
+        out["start_s"] = out["end_s"] - out["step_s"]
+        order = np.lexsort((out["step"], out["rank"]))
+        return {name: column[order] for name, column in out.items()}
+
+
+# ---- Snapshot building (GUI thread, outside the lock) ----------------------------------------------------------
+
+
+def _build_snapshot(raw: dict[str, Any], now: float, store: LiveStore) -> Snapshot:
+    recent, valid = raw["recent"], raw["valid"]
+    keep = valid & (recent["first_batch"] == 0)
+
+    def mean(name: str) -> np.ndarray:
+        values = np.where(keep, recent[name], np.nan).astype(np.float64)
+        with np.errstate(all="ignore"):
+            return _nanmean_rows(values)
+
+    r_step, r_data, r_comp, r_comm = (mean(n) for n in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s"))
+    heat = raw["heat"]
+    cluster = raw["cluster"]
+    bucket_start = np.where(raw["bucket_abs"] >= 0, raw["bucket_abs"] * store.bucket_s, np.nan)
+    last_seen = raw["last_seen_s"]
+    codes = np.where(raw["finished"] > 0, 2, np.where(now - last_seen > store.lost_timeout_s, 1, 0))
+    names = (STATE_RUNNING, STATE_LOST, STATE_FINISHED)
+    state = tuple(names[c] for c in codes.tolist())
+    idle, cause, cause_share = _idle_cause(r_step, r_data, r_comp, r_comm)
+    steps_per_s, samples_per_s = _throughput(raw, now, store.bucket_s)
+    hellos: list[Hello] = raw["hellos"]
+    first = hellos[0] if hellos else None
+    world = max([h.world_size * (len(h.ranks) if h.strategy == "mirrored" else 1) for h in hellos] + [len(state)])
+    return Snapshot(
+        version=raw["version"], now_s=now, ranks=_readonly(raw["ranks"]), hosts=raw["hosts"], state=state,
+        last_seen_s=_readonly(last_seen), current_step=_readonly(raw["current_step"]),
+        recent_step_s=_readonly(r_step), recent_data_wait_s=_readonly(r_data), recent_compute_s=_readonly(r_comp),
+        recent_comm_exposed_s=_readonly(r_comm), drops=_readonly(raw["drops"]), gaps=_readonly(raw["gaps"]),
+        bucket_s=store.bucket_s, bucket_start_s=_readonly(bucket_start),
+        heat_step_s=_readonly(heat["step_s"]), heat_data_wait_share=_readonly(heat["data_wait_s"]),
+        heat_comm_exposed_share=_readonly(heat["comm_exposed_s"]),
+        heat_compute_share=_readonly(heat["compute_s"]),
+        cluster_phase_s={k: _readonly(v.astype(np.float64)) for k, v in cluster.items()},
+        gpus=raw["gpus"], host_states=raw["hosts_state"],
+        framework=first.framework if first else "", strategy=first.strategy if first else "", world_size=world,
+        started_s=min((h.started_s for h in hellos), default=math.nan),
+        steps_per_s=steps_per_s, samples_per_s=samples_per_s,
+        messages_per_s=_rate(raw["sec_abs"], raw["sec_msgs"], now),
+        idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
+        # lost or finished ranks keep their last steps but are not "the rank the others wait for" any more
+        straggler=find_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data),
+        counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
+    )
+
+
+def _nanmean_rows(values: np.ndarray) -> np.ndarray:
+    counts = np.sum(~np.isnan(values), axis=1)
+    totals = np.nansum(values, axis=1)
+    with np.errstate(all="ignore"):
+        return np.where(counts > 0, totals / counts, np.nan)
+
+
+def _idle_cause(step: np.ndarray, data: np.ndarray, comp: np.ndarray, comm: np.ndarray) -> tuple[float, str, float]:
+    ok = ~np.isnan(step) & ~np.isnan(comp)
+    total = float(step[ok].sum())
+    if not ok.any() or total <= 0:
+        return math.nan, "", math.nan
+    parts = {"data_wait": float(np.nan_to_num(data[ok]).sum()), "comm_exposed": float(np.nan_to_num(comm[ok]).sum())}
+    parts["other"] = max(total - float(comp[ok].sum()) - parts["data_wait"] - parts["comm_exposed"], 0.0)
+    idle = max(0.0, 1.0 - float(comp[ok].sum()) / total)
+    cause = max(parts, key=lambda k: parts[k])
+    return idle, cause, parts[cause] / total
+
+
+def _throughput(raw: dict[str, Any], now: float, bucket_s: float, window: int = 5) -> tuple[float, float]:
+    current = math.floor(now / bucket_s)
+    in_window = (raw["bucket_abs"] >= current - window) & (raw["bucket_abs"] < current)
+    used = in_window & (raw["bucket_steps"] > 0)
+    if not used.any():
+        return 0.0 if raw["steps_total"] else math.nan, math.nan
+    # divide by the time actually covered, so a training that just started is not under-reported
+    seconds = (current - int(raw["bucket_abs"][used].min())) * bucket_s
+    steps = float(raw["bucket_steps"][in_window].sum())
+    samples = float(raw["bucket_samples"][in_window].sum())
+    return steps / seconds, (samples / seconds if samples > 0 else math.nan)
+
+
+def _rate(seconds_abs: np.ndarray, counts: np.ndarray, now: float, window: int = 5) -> float:
+    current = int(now)
+    in_window = (seconds_abs >= current - window) & (seconds_abs < current)
+    used = in_window & (counts > 0)
+    if not used.any():
+        return 0.0
+    return float(counts[in_window].sum()) / (current - int(seconds_abs[used].min()))
+
+
+def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray, data_wait_s: np.ndarray,
+                   min_share: float = 0.05) -> Straggler | None:
+    """The rank the others wait for: in synchronous data parallelism the slowest rank waits least in AllReduce.
+
+    A rank is named only when the other ranks' median exposed comm exceeds its own by at least ``min_share`` of
+    the median step time (so a healthy cluster with small jitter has no straggler).
+    """
+    ok = ~np.isnan(step_s) & ~np.isnan(comm_exposed_s)
+    if ok.sum() < 2:
+        return None
+    idx = np.flatnonzero(ok)
+    worst = idx[int(np.argmin(comm_exposed_s[idx]))]
+    others = idx[idx != worst]
+    median_step = float(np.median(step_s[idx]))
+    gap = float(np.median(comm_exposed_s[others])) - float(comm_exposed_s[worst])
+    if median_step <= 0 or gap / median_step < min_share:
+        return None
+    share = gap / median_step
+    data = data_wait_s[worst]
+    why = "its data loader" if not np.isnan(data) and data >= 0.5 * gap else "slower compute"
+    return Straggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
+                                               f"of each step for it in AllReduce")
+
+
+def _series_columns(kind: str, entries: list[tuple[_Ring, dict[str, Any]]]) -> Columns:
+    out = empty_columns(kind)
+    if not entries:
+        return out
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in out}
+    for ring, fixed in entries:
+        n = min(ring.count, ring.size)
+        for name in out:
+            if name in ring.names:
+                parts[name].append(ring.ordered(name))
+            elif name in fixed and isinstance(fixed[name], str | type(None)) and out[name].dtype == object:
+                parts[name].append(np.array([fixed[name]] * n, dtype=object))
+            elif name in fixed and fixed[name] is not None:
+                parts[name].append(np.full(n, float(fixed[name])))
+            else:
+                parts[name].append(np.full(n, np.nan) if out[name].dtype != object else np.full(n, None, object))
+    return {name: np.concatenate(chunks) for name, chunks in parts.items()}

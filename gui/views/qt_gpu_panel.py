@@ -1,0 +1,177 @@
+"""Per-GPU utilization and memory: nvtop-like bars now, and the series over time. CPU when there is no GPU.
+
+With up to ``MAX_LINES`` GPUs every GPU gets a line; beyond that the series becomes a median line with a p5-p95
+band (1 s bins), because hundreds of lines are noise. Owns its plot items only; redrawn from snapshots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtWidgets
+
+from agent.schema import field_doc
+from gui.core.store import Snapshot
+from gui.views import theme
+from gui.views.qt_plot_tools import HoverReadout, column_percentiles, make_plot, set_range
+
+MAX_LINES = 8
+MAX_PAIRED_BARS = 32
+WINDOW_S = 120
+_UTIL_BRUSHES = {True: pg.mkBrush(theme.ALERT_COLOR), False: pg.mkBrush(theme.PHASE_COLORS["compute"])}
+NO_GPU_TEXT = "No GPU on this host — showing CPU"
+UTIL_TOOLTIP = field_doc("util_pct") + " (share of time some kernel ran, not SM occupancy)"
+
+
+class QtGpuPanel(QtWidgets.QWidget):
+    """Bars (utilization and memory per GPU, red when idle) and utilization over time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        header = QtWidgets.QHBoxLayout()
+        self.title = QtWidgets.QLabel("GPU utilization and memory")
+        self.title.setObjectName("chartTitle")
+        self.title.setToolTip(UTIL_TOOLTIP)
+        self.notice = QtWidgets.QLabel(NO_GPU_TEXT)
+        self.notice.setObjectName("notice")
+        self.notice.setVisible(False)
+        header.addWidget(self.title)
+        header.addStretch(1)
+        header.addWidget(QtWidgets.QLabel(f'<span style="color:{theme.PHASE_COLORS["compute"]}">&#9632;</span> '
+                                          f'utilization (<span style="color:{theme.ALERT_COLOR}">&#9632;</span> '
+                                          f'&lt; {theme.IDLE_UTIL_PCT:.0f} %) &nbsp; '
+                                          '<span style="color:#9c755f">&#9632;</span> memory used'))
+        header.addWidget(self.notice)
+        layout.addLayout(header)
+        row = QtWidgets.QHBoxLayout()
+        self.bars_plot = make_plot("latest", "%", "GPU", None, UTIL_TOOLTIP)
+        self.bars_plot.setYRange(0, 100, padding=0.02)
+        self.util_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=theme.PHASE_COLORS["compute"])
+        self.mem_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush="#9c755f")
+        self.bars_plot.addItem(self.util_bars)
+        self.bars_plot.addItem(self.mem_bars)
+        self.series_plot = make_plot("utilization", "%", "time relative to now", "s", UTIL_TOOLTIP)
+        self.series_plot.setYRange(0, 100, padding=0.02)
+        self.series_plot.setXRange(-WINDOW_S, 0, padding=0)
+        self.band_low = pg.PlotDataItem([], [])
+        self.band_high = pg.PlotDataItem([], [])
+        self.band = pg.FillBetweenItem(self.band_low, self.band_high,
+                                       brush=theme.color(theme.PHASE_COLORS["compute"], 70))
+        self.series_plot.addItem(self.band)
+        self.lines: list[pg.PlotDataItem] = []
+        row.addWidget(self.bars_plot, 2)
+        row.addWidget(self.series_plot, 3)
+        layout.addLayout(row)
+        self.bars_hover = HoverReadout(self.bars_plot, self._describe_bar)
+        self.series_hover = HoverReadout(self.series_plot, self._describe_series)
+        self._snap: Snapshot | None = None
+        self._bar_names: list[str] = []
+        self._bar_values: list[tuple[float, float]] = []
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    @property
+    def showing_cpu(self) -> bool:
+        """True when the panel shows CPU because no host has a GPU."""
+        return not self.notice.isHidden()
+
+    def render(self, snap: Snapshot) -> None:
+        """Show one snapshot (skipped when no device sample arrived and the time axis moved less than 1 s)."""
+        if (self._snap is not None and snap.gpus is self._snap.gpus and snap.host_states is self._snap.host_states
+                and snap.now_s - self._snap.now_s < 1.0):
+            return
+        self._snap = snap
+        no_gpu = snap.no_gpu
+        self.notice.setVisible(no_gpu)
+        self.title.setText("CPU utilization (no GPU)" if no_gpu else "GPU utilization and memory")
+        if no_gpu:
+            names = [h.host for h in snap.host_states]
+            util = [float(h.cpu_pct[-1]) if h.cpu_pct.size else np.nan for h in snap.host_states]
+            mem = [100.0 * h.mem_used_bytes / h.mem_total_bytes if h.mem_total_bytes else np.nan
+                   for h in snap.host_states]
+            series = [(h.ts_s, h.cpu_pct) for h in snap.host_states]
+            self.series_plot.getPlotItem().setLabel("left", "CPU", units="%")
+        else:
+            names = [f"{g.host}:{g.gpu_index}" + (f" (rank {g.rank})" if g.rank is not None else "") for g in snap.gpus]
+            util = [float(g.util_pct[-1]) if g.util_pct.size else np.nan for g in snap.gpus]
+            mem = [100.0 * float(g.mem_used_bytes[-1]) / g.mem_total_bytes if g.mem_used_bytes.size
+                   and np.isfinite(g.mem_total_bytes) and g.mem_total_bytes > 0 else np.nan for g in snap.gpus]
+            series = [(g.ts_s, g.util_pct) for g in snap.gpus]
+            self.series_plot.getPlotItem().setLabel("left", "utilization", units="%")
+        self._render_bars(names, np.array(util, float), np.array(mem, float))
+        self._render_series(series, snap.now_s)
+
+    # ---- Drawing -------------------------------------------------------------------------------------------------
+
+    def _render_bars(self, names: list[str], util: np.ndarray, mem: np.ndarray) -> None:
+        self._bar_names = names
+        self._bar_values = list(zip(util.tolist(), mem.tolist(), strict=True))
+        x = np.arange(len(names), dtype=float)
+        set_range(self.bars_plot, x=(-0.6, max(len(names), 1) - 0.4))
+        ok = np.isfinite(util)
+        brushes = [_UTIL_BRUSHES[bool(u < theme.IDLE_UTIL_PCT)] for u in util[ok]]
+        if len(names) > MAX_PAIRED_BARS:  # past this, paired bars merge into a block: utilization only
+            # width 1: sub-pixel gaps between hundreds of bars alias into black stripes
+            self.util_bars.setOpts(x=x[ok], height=util[ok], width=1.0, brushes=brushes, pen=None)
+            self.mem_bars.setOpts(x=[], height=[], width=0.4)
+            return
+        self.util_bars.setOpts(x=x[ok] - 0.2, height=util[ok], width=0.4, brushes=brushes, pen=None)
+        okm = np.isfinite(mem)
+        self.mem_bars.setOpts(x=x[okm] + 0.2, height=mem[okm], width=0.4, pen=None)
+
+    def _render_series(self, series: list[tuple[np.ndarray, np.ndarray]], now: float) -> None:
+        many = len(series) > MAX_LINES
+        wanted = 1 if many else len(series)
+        while len(self.lines) < wanted:
+            pen = pg.mkPen(theme.rank_color(len(self.lines), MAX_LINES), width=1.5)
+            line = pg.PlotDataItem([], [], pen=pen, connect="finite")
+            self.series_plot.addItem(line)
+            self.lines.append(line)
+        for line in self.lines[wanted:]:
+            line.setData([], [])
+        if not many:
+            self.band_low.setData([], [])
+            self.band_high.setData([], [])
+            for i, (line, (ts, values)) in enumerate(zip(self.lines, series, strict=False)):
+                line.setPen(pg.mkPen(theme.rank_color(i, MAX_LINES), width=1.5))
+                line.setData((ts - now).astype(np.float64), values)
+            return
+        binned = _bin_series(series, now)
+        low, mid, high = column_percentiles(binned, (0.05, 0.5, 0.95))
+        x = np.arange(-WINDOW_S, 0, dtype=np.float64) + 0.5
+        self.lines[0].setData(x, mid)
+        self.lines[0].setPen(pg.mkPen(theme.PHASE_COLORS["compute"], width=2))
+        self.band_low.setData(x, np.nan_to_num(low))
+        self.band_high.setData(x, np.nan_to_num(high))
+
+    def _describe_bar(self, x: float, y: float) -> str | None:
+        i = round(x)
+        if not 0 <= i < len(self._bar_names):
+            return None
+        util, mem = self._bar_values[i]
+        what = "CPU" if self.showing_cpu else "utilization"
+        return (f"{self._bar_names[i]}\n{what}: {'no data' if np.isnan(util) else f'{util:.1f} %'}\n"
+                f"memory used: {'no data' if np.isnan(mem) else f'{mem:.1f} %'}")
+
+    def _describe_series(self, x: float, y: float) -> str | None:
+        if self._snap is None:
+            return None
+        return f"time {x:+.1f} s\nvalue at cursor {y:.1f} %"
+
+
+def _bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.ndarray:
+    """GPUs x 1 s bins of the last ``WINDOW_S`` seconds (mean per bin, NaN where a GPU sent nothing)."""
+    flats, weights = [], []
+    for g, (ts, values) in enumerate(series):
+        idx = np.floor(ts - (now - WINDOW_S)).astype(np.int64)
+        keep = (idx >= 0) & (idx < WINDOW_S) & np.isfinite(values)
+        flats.append(g * WINDOW_S + idx[keep])
+        weights.append(values[keep])
+    size = len(series) * WINDOW_S
+    flat = np.concatenate(flats) if flats else np.zeros(0, np.int64)
+    sums = np.bincount(flat, np.concatenate(weights) if weights else None, minlength=size)
+    counts = np.bincount(flat, minlength=size)
+    with np.errstate(all="ignore"):
+        return (sums / counts).reshape(len(series), WINDOW_S)

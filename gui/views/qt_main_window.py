@@ -1,0 +1,267 @@
+"""The master-node window: overview on top, per-GPU and per-rank charts below, ranks table, status bar.
+
+Views receive the store (and the optional recorder / launcher) in ``__init__``; nothing here holds telemetry. One
+QTimer (~30 Hz) takes ``store.snapshot()`` and hands it to every view (``setData`` on existing items); the collector
+thread never touches a widget. Features owned by other modules (launch dialog, process panel, cost panel, report
+export) are imported when the window is built and their actions are disabled, with a tooltip, if they are missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from gui.core.store import LiveStore, Snapshot
+from gui.views.qt_gpu_panel import QtGpuPanel
+from gui.views.qt_overview import QtOverview
+from gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
+from gui.views.qt_rank_timeline import QtRankTimeline
+from gui.views.qt_ranks_table import QtRanksTable, RanksTableModel
+from gui.views.qt_status_bar import QtStatusBar
+from gui.views.qt_step_breakdown import QtStepBreakdown
+
+log = logging.getLogger(__name__)
+
+FRAME_INTERVAL_MS = 30  # ~33 Hz, so that a late tick still leaves >= 30 FPS
+TABLE_INTERVAL_S = 0.25
+STAGGER_ABOVE_RANKS = 256  # beyond this many ranks the charts are redrawn in turns
+HEAVY_PER_TICK = 2
+IDLE_REDRAW_S = 0.5  # when nothing arrives, still redraw this often: states (lost) and time axes move
+
+
+def _optional(module_name: str) -> tuple[ModuleType | None, str]:
+    try:
+        return importlib.import_module(module_name), ""
+    except ImportError as exc:
+        return None, f"not available in this build yet ({exc})"
+
+
+class QtMainWindow(QtWidgets.QMainWindow):
+    """The Ringscope window over a ``LiveStore``.
+
+    Args:
+        store: the live store the collector feeds.
+        endpoint: the collector's bound endpoint (shown in the status bar).
+        preferences: current preferences (price, lost timeout...).
+        recorder: an object with ``path`` and ``file_bytes`` (the session file), or None.
+        launcher: a ``gui.core.launcher.Launcher`` for the launch / stop actions, or None.
+        cost_panel: a widget that replaces the overview's built-in cost-of-waiting card, or None. It is
+            injected (not built here) because it needs whole-session figures, which the live store does not keep.
+    """
+
+    sig_frame_rendered = QtCore.Signal(object)
+    """Emitted after each frame with the snapshot it showed (benchmarks measure latency from it)."""
+
+    def __init__(self, store: LiveStore, *, endpoint: str = "", preferences: Preferences | None = None,
+                 recorder: Any = None, launcher: Any = None,
+                 cost_panel: QtWidgets.QWidget | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.endpoint = endpoint
+        self.preferences = preferences or Preferences()
+        self.recorder = recorder
+        self.launcher = launcher
+        self.frames = 0
+        self.last_snapshot: Snapshot | None = None
+        self._last_full_render = 0.0
+        self._last_table_render = 0.0
+        self._heavy_turn = 0
+        self.setWindowTitle("Ringscope — data-parallel training")
+        self.resize(1600, 1000)
+        self.overview = QtOverview(cost_panel)
+        self.gpu_panel = QtGpuPanel()
+        self.breakdown = QtStepBreakdown()
+        self.stall = QtRankTimeline("comm_exposed")
+        self.data_idle = QtRankTimeline("data_wait")
+        self.ranks_model = RanksTableModel()
+        self.ranks_table = QtRanksTable(self.ranks_model)
+        self.status = QtStatusBar()
+        self.setStatusBar(self.status)
+        self._build_layout()
+        self._build_actions()
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(FRAME_INTERVAL_MS)
+        self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)  # a coarse timer drifts to ~25 Hz
+        self.timer.timeout.connect(self.render_frame)
+        self.timer.start()
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def render_frame(self) -> Snapshot:
+        """Take a snapshot and redraw every view from it (the timer calls this ~30 times a second)."""
+        snap = self.store.snapshot()
+        changed = self.last_snapshot is None or snap.version != self.last_snapshot.version
+        now = time.monotonic()
+        if changed or now - self._last_full_render >= IDLE_REDRAW_S:
+            self._last_full_render = now
+            recording = str(self.recorder.path) if self.recorder is not None else "off"
+            price = self.preferences.price_per_gpu_hour or None
+            self.overview.render(snap, recording, price)
+            for view in self._heavy_views_due(len(snap.ranks)):
+                view.render(snap)
+            if self.ranks_model.rowCount() != len(snap.ranks) or now - self._last_table_render >= TABLE_INTERVAL_S:
+                self._last_table_render = now  # text at 4 Hz is readable; 1024 rows at 30 Hz is not free
+                self.ranks_table.refresh(snap)
+            size = _safe(lambda: int(self.recorder.file_bytes)) if self.recorder is not None else None
+            self.status.render(snap, self.endpoint, recording if self.recorder is not None else None, size)
+            self.frames += 1
+            self.last_snapshot = snap
+            self.sig_frame_rendered.emit(snap)
+        return snap
+
+    def _heavy_views_due(self, ranks: int) -> tuple[Any, ...]:
+        heavy = (self.gpu_panel, self.breakdown, self.stall, self.data_idle)
+        if ranks <= STAGGER_ABOVE_RANKS or self.last_snapshot is None:
+            return heavy
+        # Many ranks: the charts take turns (each still ~15 Hz), so one tick stays within the frame budget and
+        # the overview, table and status bar keep the full rate.
+        start = self._heavy_turn
+        self._heavy_turn = (start + HEAVY_PER_TICK) % len(heavy)
+        return tuple(heavy[(start + i) % len(heavy)] for i in range(HEAVY_PER_TICK))
+
+    def apply_preferences(self, prefs: Preferences) -> None:
+        """Use new preferences now (the lost-rank timeout and price apply at once; endpoint and theme at restart)."""
+        self.preferences = prefs
+        self.store.lost_timeout_s = prefs.lost_timeout_s
+        self._last_full_render = 0.0
+
+    # ---- Layout and actions --------------------------------------------------------------------------------------
+
+    def _build_layout(self) -> None:
+        central = QtWidgets.QWidget()
+        layout = QtWidgets.QVBoxLayout(central)
+        layout.setContentsMargins(8, 8, 8, 4)
+        layout.addWidget(self.overview)
+        grid = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        top = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        top.addWidget(self.gpu_panel)
+        top.addWidget(self.breakdown)
+        bottom = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        bottom.addWidget(self.stall)
+        bottom.addWidget(self.data_idle)
+        grid.addWidget(top)
+        grid.addWidget(bottom)
+        grid.setSizes([400, 500])
+        layout.addWidget(grid, 1)
+        self.setCentralWidget(central)
+        self.ranks_dock = QtWidgets.QDockWidget("Ranks", self)
+        self.ranks_dock.setObjectName("ranksDock")
+        self.ranks_dock.setWidget(self.ranks_table)
+        self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.ranks_dock)
+        self.resizeDocks([self.ranks_dock], [200], QtCore.Qt.Orientation.Vertical)  # the charts get the height
+        self.process_dock: QtWidgets.QDockWidget | None = None
+        self.process_panel: Any = None
+        panel_module, _why = _optional("gui.views.qt_process_panel")
+        if panel_module is not None and self.launcher is not None:
+            try:
+                self.process_panel = panel_module.QtProcessPanel(self.launcher)
+            except Exception:  # another engineer's widget: never let it stop the window from opening
+                log.exception("process panel could not be built")
+            else:
+                self.process_dock = QtWidgets.QDockWidget("Processes", self)
+                self.process_dock.setObjectName("processDock")
+                self.process_dock.setWidget(self.process_panel)
+                self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.process_dock)
+                self.tabifyDockWidget(self.ranks_dock, self.process_dock)
+                self.ranks_dock.raise_()
+
+    def _build_actions(self) -> None:
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        self.action_launch = self._action(file_menu, "&Launch…", "Ctrl+L", self._launch,
+                                          _optional("gui.views.qt_launch_dialog")[1]
+                                          or ("" if self.launcher is not None else "no launcher in this window"))
+        self.action_stop = self._action(file_menu, "&Stop training", "Ctrl+.", self._stop,
+                                        "" if self.launcher is not None else "no launcher in this window")
+        file_menu.addSeparator()
+        report_why = _optional("gui.views.qt_report_actions")[1]
+        self.action_export = self._action(file_menu, "&Export report…", "Ctrl+E", self._export, report_why)
+        self.action_compare = self._action(file_menu, "&Compare sessions…", "Ctrl+Shift+C", self._compare,
+                                           report_why)
+        file_menu.addSeparator()
+        self.action_preferences = self._action(file_menu, "&Preferences…", "Ctrl+,", self.open_preferences, "")
+        self._action(file_menu, "&Quit", "Ctrl+Q", self.close, "")
+        view_menu = menu.addMenu("&View")
+        view_menu.addAction(self.ranks_dock.toggleViewAction())
+        if self.process_dock is not None:
+            view_menu.addAction(self.process_dock.toggleViewAction())
+
+    def _action(self, menu: QtWidgets.QMenu, text: str, shortcut: str, slot: Callable[[], object],
+                unavailable: str) -> QtGui.QAction:
+        action = QtGui.QAction(text, self)
+        action.setShortcut(QtGui.QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        if unavailable:
+            action.setEnabled(False)
+            action.setToolTip(unavailable)
+            action.setStatusTip(unavailable)
+        menu.setToolTipsVisible(True)
+        menu.addAction(action)
+        self.addAction(action)
+        return action
+
+    # ---- Slots ---------------------------------------------------------------------------------------------------
+
+    def open_preferences(self) -> None:
+        """Show the preferences dialog; save and apply what the user accepts."""
+        dialog = QtPreferencesDialog(self.preferences, self)
+        if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
+            prefs = dialog.result_preferences()
+            save_preferences(prefs)
+            self.apply_preferences(prefs)
+
+    def _launch(self) -> None:
+        if self.process_panel is not None:  # it validates, remembers recent launches and shows errors
+            self.process_panel.open_launch_dialog()
+            if self.process_dock is not None:
+                self.process_dock.raise_()
+            return
+        module, why = _optional("gui.views.qt_launch_dialog")
+        if module is None or self.launcher is None:
+            QtWidgets.QMessageBox.information(self, "Launch", why or "no launcher in this window")
+            return
+        dialog = module.QtLaunchDialog(launcher_validate=self.launcher.validate, parent=self)
+        if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
+            self.start_launch(dialog.spec())
+
+    def start_launch(self, spec: Any) -> None:
+        """Start a launch spec (the demo, a dialog's result) and show the processes dock."""
+        if self.process_panel is not None:
+            self.process_panel.start(spec)
+            if self.process_dock is not None:
+                self.process_dock.raise_()
+        elif self.launcher is not None:
+            self.launcher.start(spec)
+
+    def _stop(self) -> None:
+        if self.launcher is not None:
+            self.launcher.request_stop(None)  # SIGTERM to every run now, SIGKILL after the grace period
+
+    def _export(self) -> None:
+        module, why = _optional("gui.views.qt_report_actions")
+        export = getattr(module, "export_report", None)
+        if export is None:
+            QtWidgets.QMessageBox.information(self, "Export report", why or "export is not wired yet")
+            return
+        export(self, self.store.to_session_data())
+
+    def _compare(self) -> None:
+        module, why = _optional("gui.views.qt_report_actions")
+        compare = getattr(module, "compare_sessions", None)
+        if compare is None:
+            QtWidgets.QMessageBox.information(self, "Compare sessions", why or "compare is not wired yet")
+            return
+        compare(self)
+
+
+def _safe(read: Callable[[], int]) -> int | None:
+    try:
+        return read()
+    except Exception:  # the recorder may be closing; the size is only informative
+        return None

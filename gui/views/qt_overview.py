@@ -1,0 +1,128 @@
+"""The top of the window: "is this training healthy, and if not, why?" in six cards.
+
+Run (framework, strategy, ranks, hosts, elapsed, step, recording), throughput, step time, idle share and its main
+cause, the straggler, and the cost of waiting. Receives snapshots; owns no state but its labels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+from agent.schema import field_doc
+from gui.core.store import STATE_FINISHED, STATE_LOST, Snapshot
+from gui.views import theme
+from gui.views.qt_plot_tools import format_seconds, format_share
+
+
+class _Card(QtWidgets.QFrame):
+    def __init__(self, title: str, tooltip: str) -> None:
+        super().__init__()
+        self.setObjectName("card")
+        self.setToolTip(tooltip)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(2)
+        self.title = QtWidgets.QLabel(title)
+        self.title.setObjectName("cardTitle")
+        self.value = QtWidgets.QLabel("—")
+        self.value.setObjectName("cardValue")
+        self.value.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.detail = QtWidgets.QLabel("")
+        self.detail.setObjectName("cardDetail")
+        self.detail.setWordWrap(True)
+        self.detail.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        for widget in (self.title, self.value, self.detail):
+            layout.addWidget(widget)
+        layout.addStretch(1)
+
+    def show_values(self, value: str, detail: str, color: str | None = None) -> None:
+        self.value.setText(value)
+        self.value.setStyleSheet(f"color: {color};" if color else "")
+        self.detail.setText(detail)
+
+
+class QtOverview(QtWidgets.QWidget):
+    """Six cards answering "healthy, and if not, why?". ``cost_widget`` replaces the built-in cost card."""
+
+    def __init__(self, cost_widget: QtWidgets.QWidget | None = None) -> None:
+        super().__init__()
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.run = _Card("Run", "The training the agents describe (from their hello messages).")
+        self.throughput = _Card("Throughput", "Samples per second over the last 5 s, all ranks together.")
+        self.step_time = _Card("Step time", field_doc("step_s") + " Median (and p95) over ranks, last 20 steps.")
+        self.idle = _Card("Idle share", "Share of step time the accelerators were not computing: data wait + "
+                                        "exposed comm + other (last 20 steps, all ranks).")
+        self.straggler = _Card("Straggler", "The rank the others wait for: in synchronous data parallelism the "
+                                            "slowest rank waits least in AllReduce. " + field_doc("comm_exposed_s"))
+        self.cost = _Card("Cost of waiting", "Idle share x GPUs x price per GPU-hour (set the price in "
+                                             "Preferences). A full breakdown comes with the cost panel.")
+        cards = [self.run, self.throughput, self.step_time, self.idle, self.straggler]
+        for card in cards:
+            layout.addWidget(card, 1)
+        layout.addWidget(cost_widget if cost_widget is not None else self.cost, 1)
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Maximum)
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def render(self, snap: Snapshot, recording: str, price_per_gpu_hour: float | None) -> None:
+        """Show one snapshot."""
+        n = len(snap.state)
+        lost = snap.state.count(STATE_LOST)
+        finished = snap.state.count(STATE_FINISHED)
+        hosts = len({h for h in snap.hosts if h != "?"})
+        step = int(np.nanmax(snap.current_step)) if n and np.isfinite(snap.current_step).any() else None
+        what = f"{snap.framework} / {snap.strategy}" if snap.framework else "waiting for agents"
+        elapsed = "" if math.isnan(snap.elapsed_s) else f" · {_clock(snap.elapsed_s)} elapsed"
+        states = f"{n} ranks" + (f" ({lost} lost)" if lost else "") + (f" ({finished} finished)" if finished else "")
+        host_text = f"{hosts} host{'s' if hosts != 1 else ''}"
+        self.run.show_values(what, f"{states} · {host_text} · step {step if step is not None else '—'}"
+                                   f"{elapsed}<br>recording: {recording}",
+                             theme.ALERT_COLOR if lost else None)
+        if math.isnan(snap.steps_per_s):
+            self.throughput.show_values("no data", "no steps received yet")
+        else:
+            per_rank = snap.steps_per_s / max(1, n - finished)
+            samples = "samples/s not reported" if math.isnan(snap.samples_per_s) else f"{snap.samples_per_s:,.0f}"
+            self.throughput.show_values(f"{samples} samples/s" if not math.isnan(snap.samples_per_s) else samples,
+                                        f"{per_rank:.1f} steps/s per rank · {snap.steps_per_s:,.0f} steps/s total")
+        steps = snap.recent_step_s[np.isfinite(snap.recent_step_s)]
+        if steps.size:
+            self.step_time.show_values(format_seconds(float(np.median(steps))),
+                                       f"p95 {format_seconds(float(np.percentile(steps, 95)))} · "
+                                       f"max {format_seconds(float(steps.max()))}")
+        else:
+            self.step_time.show_values("no data", "")
+        if math.isnan(snap.idle_share):
+            self.idle.show_values("no data", "no steps with compute times yet")
+        else:
+            cause = snap.idle_cause
+            self.idle.show_values(format_share(snap.idle_share),
+                                  f'main cause: <span style="color:{theme.PHASE_COLORS[cause]}">&#9632;</span> '
+                                  f"{theme.PHASE_LABELS[cause]} {format_share(snap.idle_cause_share)} of step time",
+                                  theme.ALERT_COLOR if snap.idle_share > 0.5 else None)
+        if snap.straggler is None:
+            self.straggler.show_values("none", "no rank makes the others wait (> 5 % of a step)"
+                                       if n > 1 else "needs two or more ranks", theme.OK_COLOR if n > 1 else None)
+        else:
+            self.straggler.show_values(f"rank {snap.straggler.rank}", snap.straggler.reason, theme.STRAGGLER_COLOR)
+        self._render_cost(snap, price_per_gpu_hour)
+
+    def _render_cost(self, snap: Snapshot, price: float | None) -> None:
+        gpus = len(snap.gpus) or len(snap.state)
+        if not price:
+            self.cost.show_values("—", "set a price per GPU-hour in Preferences (Ctrl+,)")
+        elif math.isnan(snap.idle_share):
+            self.cost.show_values("no data", f"{gpus} GPUs at {price:.2f} per hour")
+        else:
+            wasted = snap.idle_share * gpus * price
+            self.cost.show_values(f"{wasted:,.2f} / h", f"{format_share(snap.idle_share)} idle x {gpus} GPUs x "
+                                                        f"{price:.2f} per GPU-hour")
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,126 @@
+"""Small helpers every chart uses: a themed plot with labelled axes, exact-value hover, fast percentiles.
+
+Owns no telemetry state: a view passes a function that turns a data-space point into text, and the readout shows
+it as a tooltip at the cursor (exact values, never a guess from pixels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from gui.views import theme
+
+Describe = Callable[[float, float], str | None]
+
+
+def make_plot(left: str, left_units: str | None, bottom: str, bottom_units: str | None,
+              tooltip: str = "") -> pg.PlotWidget:
+    """A plot with units on both axes (pyqtgraph prints them as 'label (units)'), menus off, mouse kept simple."""
+    widget = pg.PlotWidget()
+    theme.style_plot(widget)
+    item = widget.getPlotItem()
+    item.setLabel("left", left, units=left_units)
+    item.setLabel("bottom", bottom, units=bottom_units)
+    item.showGrid(x=True, y=True, alpha=0.15)
+    item.setMenuEnabled(False)
+    item.hideButtons()
+    widget.setMouseEnabled(x=False, y=False)
+    for name in ("left", "bottom"):
+        # Axes change rarely (ranges are fixed or rounded) but every data update repaints the view; without a
+        # cache each repaint re-plays the axis' text (measured: ~half the frame time with 8 plots).
+        item.getAxis(name).setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    widget.setMinimumHeight(140)
+    if tooltip:
+        widget.setToolTip(tooltip)
+    return widget
+
+
+class HoverReadout(QtCore.QObject):
+    """Shows ``describe(x, y)`` as a tooltip where the mouse is over ``widget`` (data coordinates)."""
+
+    def __init__(self, widget: pg.PlotWidget, describe: Describe) -> None:
+        super().__init__(widget)
+        self._widget = widget
+        self.describe = describe
+        self.last_text: str | None = None
+        widget.scene().sigMouseMoved.connect(self._moved)
+
+    def text_at(self, x: float, y: float) -> str | None:
+        """The readout for a data-space point (what the tooltip would say)."""
+        try:
+            return self.describe(x, y)
+        except (IndexError, ValueError):
+            return None
+
+    def _moved(self, scene_pos: QtCore.QPointF) -> None:
+        view = self._widget.getPlotItem().vb
+        if not view.sceneBoundingRect().contains(scene_pos):
+            return
+        point = view.mapSceneToView(scene_pos)
+        text = self.text_at(point.x(), point.y())
+        self.last_text = text
+        global_pos = self._widget.mapToGlobal(self._widget.mapFromScene(scene_pos))
+        if text:
+            QtWidgets.QToolTip.showText(global_pos, text, self._widget)
+        else:
+            QtWidgets.QToolTip.hideText()
+
+
+def column_percentiles(values: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """Per-column quantiles of a ranks x time matrix ignoring NaN (NaN where a column is empty).
+
+    Sorting once and indexing is ~10x faster than ``np.nanpercentile`` on 1024 x 300.
+    """
+    if values.size == 0:
+        return np.full((len(quantiles), values.shape[1] if values.ndim == 2 else 0), np.nan)
+    ordered = np.sort(values, axis=0)  # NaN sort to the end
+    counts = np.sum(~np.isnan(values), axis=0)
+    out = np.full((len(quantiles), values.shape[1]), np.nan)
+    has = counts > 0
+    cols = np.flatnonzero(has)
+    for i, q in enumerate(quantiles):
+        rows = np.floor(q * (counts[has] - 1) + 0.5).astype(np.int64)
+        out[i, has] = ordered[rows, cols]
+    return out
+
+
+def seconds_ago(bucket_start_s: np.ndarray, bucket_s: float, now_s: float) -> np.ndarray:
+    """Bucket centres as seconds relative to now (negative = in the past), float64 for fast clipping.
+
+    Before the first step the buckets have no time yet: they are laid out ending now, so axes stay sane.
+    """
+    x = (bucket_start_s + bucket_s / 2.0 - now_s).astype(np.float64)
+    if x.size and not np.isfinite(x).all():
+        x = (np.arange(x.size, dtype=np.float64) - x.size + 0.5) * bucket_s
+    return x
+
+
+def format_share(value: float) -> str:
+    """A share (0..1) as a percentage, or 'no data'."""
+    return "no data" if not np.isfinite(value) else f"{100.0 * value:.1f} %"
+
+
+def format_seconds(value: float) -> str:
+    """Seconds with a sensible unit, or 'no data'."""
+    if not np.isfinite(value):
+        return "no data"
+    if abs(value) < 1.0:
+        return f"{value * 1000.0:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def set_range(widget: pg.PlotWidget, *, x: tuple[float, float] | None = None,
+              y: tuple[float, float] | None = None) -> None:
+    """Set axis ranges only when they changed (``setXRange`` every frame costs ~0.5 ms per plot)."""
+    last = getattr(widget, "_ringscope_range", None)
+    if last == (x, y):
+        return
+    widget._ringscope_range = (x, y)  # type: ignore[attr-defined]
+    if x is not None:
+        widget.setXRange(*x, padding=0)
+    if y is not None:
+        widget.setYRange(*y, padding=0)

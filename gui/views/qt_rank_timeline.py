@@ -1,0 +1,235 @@
+"""One per-rank metric over time (AllReduce stall or data-loader idle, as a share of step time).
+
+Up to ``MAX_LINES`` ranks: one line per rank, lost ranks grey and dashed. More ranks: a heatmap (ranks x time,
+colorbar, grey where there is no data), percentile bands (p5 / p50 / p95 over ranks) and the top-N worst ranks,
+because hundreds of lines are noise (shared/UI.md). Owns its plot items only; redrawn from snapshots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from agent.schema import field_doc
+from gui.core.store import STATE_LOST, Snapshot
+from gui.views import theme
+from gui.views.qt_plot_tools import HoverReadout, column_percentiles, make_plot, seconds_ago, set_range
+
+MAX_LINES = 32
+TOP_N = 8
+RECENT_BUCKETS = 10
+MIN_HEAT_WINDOW_S = 60
+LINES_WINDOW_S = 120  # lines show the last 2 minutes; the heatmap shows all kept buckets
+
+METRICS = {
+    "comm_exposed": ("AllReduce stall per rank", "heat_comm_exposed_share", field_doc("comm_exposed_s")),
+    "data_wait": ("Data-loader idle per rank", "heat_data_wait_share", field_doc("data_wait_s")),
+}
+
+
+class QtRankTimeline(QtWidgets.QWidget):
+    """A per-rank share of step time over time; switches from lines to heatmap + bands past 32 ranks."""
+
+    def __init__(self, metric: str) -> None:
+        super().__init__()
+        title, self._field, doc = METRICS[metric]
+        self.metric = metric
+        tooltip = (f"{doc}\nShown as a share of each step's time, per 1 s bucket (mean of the steps that ended in "
+                   "it). Hover a line or cell for the rank, time and exact value; lost ranks are grey and dashed.")
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        label = QtWidgets.QLabel(f'<span style="color:{theme.PHASE_COLORS[metric]}">&#9632;</span> {title}')
+        label.setObjectName("chartTitle")
+        label.setToolTip(tooltip)
+        layout.addWidget(label)
+        self.stack = QtWidgets.QStackedWidget()
+        layout.addWidget(self.stack, 1)
+        # lines mode
+        self.lines_plot = make_plot("share of step", "%", "time relative to now", "s", tooltip)
+        self.lines_plot.setYRange(0, 100, padding=0.02)
+        self.lines: list[pg.PlotDataItem] = []
+        self.stack.addWidget(self.lines_plot)
+        # heatmap mode
+        heat_page = QtWidgets.QWidget()
+        grid = QtWidgets.QGridLayout(heat_page)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.heat_plot = make_plot("rank", None, "time relative to now", "s", tooltip)
+        self.no_data = QtWidgets.QGraphicsRectItem()
+        self.no_data.setBrush(theme.color(theme.NO_DATA_COLOR))
+        self.no_data.setPen(pg.mkPen(None))
+        self.no_data.setZValue(-10)
+        self.heat_plot.addItem(self.no_data)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.heat_plot.addItem(self.image)
+        colormap = pg.colormap.get(theme.HEAT_COLORMAP)
+        self.colorbar = pg.ColorBarItem(values=(0, 100), colorMap=colormap, label="share of step (%)",
+                                        interactive=False, width=12)
+        # Not linked to the image: the image is drawn from uint8 indices through _LUT (fast path), the bar only
+        # shows the same scale. Index 255 is "no data".
+        plot_item = self.heat_plot.getPlotItem()
+        plot_item.layout.addItem(self.colorbar, 2, 5)
+        plot_item.layout.setColumnFixedWidth(4, 5)
+        self._lut = np.vstack([colormap.getLookupTable(0.0, 1.0, 255, alpha=True),
+                               np.array([[*theme.color(theme.NO_DATA_COLOR).getRgb()]], np.uint8)])
+        self.bands_plot = make_plot("p5/50/95", "%", "time relative to now", "s",
+                                    "Percentiles over ranks per time bucket: half the ranks are below p50, "
+                                    "5 % of them above p95.")
+        self.bands_plot.setYRange(0, 100, padding=0.02)
+        self.bands_plot.setMinimumHeight(90)
+        self.bands_plot.setMaximumHeight(120)
+        self.p50 = pg.PlotDataItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=2), connect="finite")
+        self.p5 = pg.PlotDataItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=1,
+                                                       style=QtCore.Qt.PenStyle.DotLine), connect="finite")
+        self.p95 = pg.PlotDataItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=1,
+                                                        style=QtCore.Qt.PenStyle.DotLine), connect="finite")
+        for item in (self.p5, self.p50, self.p95):
+            self.bands_plot.addItem(item)
+        self.top = QtWidgets.QListWidget()
+        self.top.setToolTip(f"The ranks with the highest and the lowest share over the last {RECENT_BUCKETS} s "
+                            "(for the AllReduce stall, the lowest is the rank the others wait for).")
+        self.top.setFixedWidth(170)  # a size hint that follows its text would re-layout the plots every frame
+        self.sampling_note = QtWidgets.QLabel("")
+        self.sampling_note.setObjectName("cardDetail")
+        self.sampling_note.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
+        grid.addWidget(self.sampling_note, 2, 0, 1, 2)
+        grid.addWidget(self.heat_plot, 0, 0)
+        grid.addWidget(self.top, 0, 1, 2, 1)
+        grid.addWidget(self.bands_plot, 1, 0)
+        grid.setRowStretch(0, 3)
+        grid.setRowStretch(1, 1)
+        self.stack.addWidget(heat_page)
+        self.lines_hover = HoverReadout(self.lines_plot, self._describe_line)
+        self.heat_hover = HoverReadout(self.heat_plot, self._describe_cell)
+        self._snap: Snapshot | None = None
+        self._x = np.zeros(0)
+        self._values = np.zeros((0, 0))
+        self._pct_cache: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros((3, 0)))
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    @property
+    def heatmap_mode(self) -> bool:
+        """True when the heatmap (not lines) is shown."""
+        return self.stack.currentIndex() == 1
+
+    def render(self, snap: Snapshot) -> None:
+        """Show one snapshot."""
+        self._snap = snap
+        self._values = 100.0 * getattr(snap, self._field)
+        self._x = seconds_ago(snap.bucket_start_s, snap.bucket_s, snap.now_s)
+        if len(snap.ranks) > MAX_LINES:
+            self.stack.setCurrentIndex(1)
+            self._render_heatmap(snap)
+        else:
+            self.stack.setCurrentIndex(0)
+            self._render_lines(snap)
+
+    def top_ranks(self, *, lowest: bool = False) -> list[tuple[int, float]]:
+        """(rank, share %) of the highest (or lowest) ranks over the last buckets, as the list shows them."""
+        if self._snap is None or self._values.size == 0:
+            return []
+        window = self._values[:, -RECENT_BUCKETS:]
+        counts = np.sum(np.isfinite(window), axis=1)
+        with np.errstate(all="ignore"):
+            recent = np.where(counts > 0, np.nansum(window, axis=1) / counts, np.nan)
+        key = np.nan_to_num(recent, nan=np.inf) if lowest else -np.nan_to_num(recent, nan=-1.0)
+        order = [i for i in np.argsort(key, kind="stable") if np.isfinite(recent[i])][:TOP_N // 2 if lowest else TOP_N]
+        return [(int(self._snap.ranks[i]), float(recent[i])) for i in order]
+
+    # ---- Drawing -------------------------------------------------------------------------------------------------
+
+    def _render_lines(self, snap: Snapshot) -> None:
+        n = len(snap.ranks)
+        while len(self.lines) < n:
+            line = pg.PlotDataItem([], [], connect="finite")
+            self.lines_plot.addItem(line)
+            self.lines.append(line)
+        for i, line in enumerate(self.lines):
+            if i >= n:
+                line.setData([], [])
+                continue
+            if snap.state[i] == STATE_LOST:
+                line.setPen(pg.mkPen(theme.LOST_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
+            else:
+                line.setPen(pg.mkPen(theme.rank_color(i, n), width=1.5))
+            line.setData(self._x, self._values[i])
+        set_range(self.lines_plot, x=(-LINES_WINDOW_S, 0))
+
+    def _render_heatmap(self, snap: Snapshot) -> None:
+        n, t = self._values.shape
+        finite = np.isfinite(self._values)
+        indices = np.full(self._values.shape, 255, np.uint8)
+        indices[finite] = np.clip(np.rint(self._values[finite] * 2.54), 0, 254).astype(np.uint8)
+        self.image.setImage(indices, autoLevels=False, levels=(0, 255), lut=self._lut)
+        x0 = float(self._x[0] - snap.bucket_s / 2) if t else 0.0
+        rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, n)
+        self.image.setRect(rect)
+        self.no_data.setRect(rect)
+        # show the time that has data (at least a minute), not minutes of grey before the training started
+        has = np.flatnonzero(np.isfinite(self._values).any(axis=0))
+        first = float(self._x[has[0]] - snap.bucket_s / 2) if has.size else x0
+        left = float(np.floor(min(first, -MIN_HEAT_WINDOW_S) / 10.0) * 10.0)
+        x_range = (max(left, x0), snap.bucket_s / 2)
+        set_range(self.heat_plot, x=x_range, y=(0, n))
+        pixels = self.heat_plot.getPlotItem().vb.height()
+        self.sampling_note.setText(f"{n} ranks on {pixels:.0f} px: rows are sampled when drawn — hover for exact "
+                                   "values; the lists and bands use every rank" if n > pixels > 0 else "")
+        low, mid, high = self._percentiles(snap.bucket_start_s)
+        for item, values in ((self.p5, low), (self.p50, mid), (self.p95, high)):
+            item.setData(self._x, values)
+        set_range(self.bands_plot, x=x_range)
+        texts = ["highest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks()]
+        texts += ["lowest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks(lowest=True)]
+        if texts != [self.top.item(i).text() for i in range(self.top.count())]:
+            self.top.clear()
+            self.top.addItems(texts)
+
+    def _percentiles(self, starts: np.ndarray) -> np.ndarray:
+        # Only the newest buckets change between frames: reuse the others (1024 x 300 sorts are not free).
+        old_starts, old = self._pct_cache
+        out = np.full((3, starts.size), np.nan)
+        newest = np.nanmax(starts) if np.isfinite(starts).any() else np.nan
+        fresh = ~np.isfinite(starts) | (starts >= newest - 2 * (self._snap.bucket_s if self._snap else 1.0))
+        if old_starts.size:
+            pos = np.clip(np.searchsorted(old_starts, starts), 0, old_starts.size - 1)
+            hit = (old_starts[pos] == starts) & ~fresh
+            out[:, hit] = old[:, pos[hit]]
+        else:
+            hit = np.zeros(starts.size, bool)
+        todo = ~hit
+        if todo.any():
+            out[:, todo] = column_percentiles(self._values[:, todo], (0.05, 0.5, 0.95))
+        self._pct_cache = (np.where(np.isfinite(starts), starts, np.inf), out)
+        return out
+
+    def _describe_line(self, x: float, y: float) -> str | None:
+        col = self._column(x)
+        if col is None or self._snap is None or not len(self._snap.ranks):
+            return None
+        column = self._values[:, col]
+        if not np.isfinite(column).any():
+            return f"time {self._x[col]:+.0f} s: no data"
+        i = int(np.nanargmin(np.abs(column - y)))
+        return self._cell_text(i, col)
+
+    def _describe_cell(self, x: float, y: float) -> str | None:
+        col = self._column(x)
+        row = int(np.floor(y))
+        if col is None or self._snap is None or not 0 <= row < len(self._snap.ranks):
+            return None
+        return self._cell_text(row, col)
+
+    def _cell_text(self, row: int, col: int) -> str:
+        assert self._snap is not None
+        value = self._values[row, col]
+        shown = "no data" if not np.isfinite(value) else f"{value:.1f} % of step"
+        state = self._snap.state[row]
+        return (f"rank {int(self._snap.ranks[row])} ({state})\ntime {self._x[col]:+.0f} s\n"
+                f"{METRICS[self.metric][0].split(' per')[0]}: {shown}")
+
+    def _column(self, x: float) -> int | None:
+        if self._x.size == 0 or self._snap is None:
+            return None
+        col = int(np.argmin(np.abs(self._x - x)))
+        return col if abs(self._x[col] - x) <= self._snap.bucket_s else None

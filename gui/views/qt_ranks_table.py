@@ -1,0 +1,167 @@
+"""The ranks table: one row per rank — host, state, last seen, step, step time, data wait, stall, drops, gaps.
+
+``RanksTableModel`` reads the current snapshot (it copies nothing); ``QtRanksTable`` is a sortable view over it.
+Lost ranks are greyed, the straggler is marked, missing values say "—" (never 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from agent.schema import field_doc
+from gui.core.store import STATE_FINISHED, STATE_LOST, Snapshot
+from gui.views import theme
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("rank", "Global rank (replica)."),
+    ("host", "Host the rank runs on (from its agent's hello)."),
+    ("state", "running; lost = no message for longer than the lost-rank timeout; finished = sent 'finished'."),
+    ("last seen (s ago)", "Seconds since the last message from this rank's agent."),
+    ("step", "Last step number reported."),
+    ("step time (ms)", field_doc("step_s") + " Mean of the last 20 steps."),
+    ("data wait (ms)", field_doc("data_wait_s") + " Mean of the last 20 steps."),
+    ("stall (ms)", field_doc("comm_exposed_s") + " Mean of the last 20 steps."),
+    ("drops", "Records this rank's agent had to drop (queue full or collector unreachable), cumulative."),
+    ("gaps", "Messages from this rank's agent that never arrived (sequence numbers skipped), cumulative."),
+)
+_Role = QtCore.Qt.ItemDataRole
+
+
+class RanksTableModel(QtCore.QAbstractTableModel):
+    """Table model over the latest snapshot. ``SortRole`` (UserRole) gives numbers for sorting."""
+
+    SortRole = _Role.UserRole
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._snap: Snapshot | None = None
+        self._straggler: int | None = None
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def set_snapshot(self, snap: Snapshot) -> None:
+        """Show a new snapshot (resets the model only when the rank set changed)."""
+        old = self._snap
+        same_rows = old is not None and old.ranks.shape == snap.ranks.shape and np.array_equal(old.ranks, snap.ranks)
+        if not same_rows:
+            self.beginResetModel()
+            self._snap = snap
+            self._straggler = snap.straggler_row()
+            self.endResetModel()
+            return
+        self._snap = snap
+        self._straggler = snap.straggler_row()
+        if snap.ranks.size:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(snap.ranks) - 1, len(COLUMNS) - 1))
+
+    def rowCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() or self._snap is None else len(self._snap.ranks)
+
+    def columnCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: QtCore.Qt.Orientation, role: int = _Role.DisplayRole) -> Any:
+        if orientation != QtCore.Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
+            return None
+        if role == _Role.DisplayRole:
+            return COLUMNS[section][0]
+        if role == _Role.ToolTipRole:
+            return COLUMNS[section][1]
+        return None
+
+    def data(self, index: QtCore.QModelIndex | QtCore.QPersistentModelIndex, role: int = _Role.DisplayRole) -> Any:
+        snap = self._snap
+        if snap is None or not index.isValid():
+            return None
+        row, col = index.row(), index.column()
+        if role == _Role.DisplayRole:
+            return self._text(snap, row, col)
+        if role == self.SortRole:
+            return self._number(snap, row, col)
+        if role == _Role.ForegroundRole:
+            if row == self._straggler:
+                return QtGui.QBrush(QtGui.QColor(theme.STRAGGLER_COLOR))
+            if snap.state[row] in (STATE_LOST, STATE_FINISHED):
+                return QtGui.QBrush(QtGui.QColor(theme.LOST_COLOR))
+            return None
+        if role == _Role.FontRole and row == self._straggler:
+            font = QtGui.QFont()
+            font.setBold(True)
+            return font
+        if role == _Role.TextAlignmentRole and col not in (1, 2):
+            return QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter
+        if role == _Role.ToolTipRole and row == self._straggler and snap.straggler is not None:
+            return snap.straggler.reason
+        return None
+
+    # ---- Cells ---------------------------------------------------------------------------------------------------
+
+    def _number(self, snap: Snapshot, row: int, col: int) -> Any:
+        if col == 0:
+            return int(snap.ranks[row])
+        if col in (1, 2):
+            return self._text(snap, row, col)
+        value = self._value(snap, row, col)
+        return -1.0 if not np.isfinite(value) else float(value)
+
+    def _value(self, snap: Snapshot, row: int, col: int) -> float:
+        return float({
+            3: snap.now_s - snap.last_seen_s[row], 4: snap.current_step[row],
+            5: 1000.0 * snap.recent_step_s[row], 6: 1000.0 * snap.recent_data_wait_s[row],
+            7: 1000.0 * snap.recent_comm_exposed_s[row], 8: snap.drops[row], 9: snap.gaps[row],
+        }[col])
+
+    def _text(self, snap: Snapshot, row: int, col: int) -> str:
+        if col == 0:
+            mark = "  ◀ straggler" if row == self._straggler else ""
+            return f"{int(snap.ranks[row])}{mark}"
+        if col == 1:
+            return snap.hosts[row]
+        if col == 2:
+            return snap.state[row]
+        value = self._value(snap, row, col)
+        if not np.isfinite(value):
+            return "—"
+        if col in (4, 8, 9):
+            return f"{int(value):,}"
+        return f"{value:.1f}"
+
+
+class QtRanksTable(QtWidgets.QTableView):
+    """Sortable table view over a ``RanksTableModel``; ``refresh(snap)`` shows a snapshot."""
+
+    RESORT_S = 1.0
+
+    def __init__(self, model: RanksTableModel) -> None:
+        super().__init__()
+        self.source_model = model
+        self.proxy = QtCore.QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(model)
+        self.proxy.setSortRole(RanksTableModel.SortRole)
+        # Re-sorting 1024 rows through Python data() calls on every update costs ~10 ms: sort on demand
+        # (header click) and re-sort at most once a second from ``refresh``.
+        self.proxy.setDynamicSortFilter(False)
+        self.setModel(self.proxy)
+        self.setSortingEnabled(True)
+        self.sortByColumn(0, QtCore.Qt.SortOrder.AscendingOrder)
+        self.setAlternatingRowColors(True)
+        self.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
+        self.verticalHeader().setVisible(False)
+        self.verticalHeader().setDefaultSectionSize(20)
+        self.horizontalHeader().setStretchLastSection(False)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Interactive)
+        for column, width in enumerate((110, 120, 80, 120, 70, 110, 110, 90, 70, 70)):
+            self.setColumnWidth(column, width)
+        self._last_sort = 0.0
+
+    def refresh(self, snap: Snapshot) -> None:
+        """Show a snapshot; keep the user's sort order (re-applied at most once a second)."""
+        self.source_model.set_snapshot(snap)
+        if snap.now_s - self._last_sort >= self.RESORT_S:
+            self._last_sort = snap.now_s
+            header = self.horizontalHeader()
+            self.proxy.sort(header.sortIndicatorSection(), header.sortIndicatorOrder())

@@ -1,0 +1,59 @@
+"""The status bar: messages/s, drops and gaps, rejected messages (by reason in the tooltip), recording file and size.
+
+Receives a snapshot and the recorder's figures; owns only its labels.
+"""
+
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from gui.core.store import Snapshot
+
+
+class QtStatusBar(QtWidgets.QStatusBar):
+    """Ingest health at a glance."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.endpoint = QtWidgets.QLabel("")
+        self.endpoint.setToolTip("Where agents send telemetry (set RINGSCOPE_ENDPOINT in the trainings to this).")
+        self.rate = QtWidgets.QLabel("0 msg/s")
+        self.rate.setToolTip("Messages received per second (last 5 s).")
+        self.loss = QtWidgets.QLabel("drops 0 · gaps 0")
+        self.loss.setToolTip("drops: records the agents had to drop; gaps: messages that never arrived.")
+        self.rejected = QtWidgets.QLabel("rejected 0")
+        self.recording = QtWidgets.QLabel("not recording")
+        for label in (self.endpoint, self.rate, self.loss, self.rejected):
+            self.addWidget(label)
+        self.addPermanentWidget(self.recording)
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def render(self, snap: Snapshot, endpoint: str, recording_path: str | None, recording_bytes: int | None) -> None:
+        """Show one snapshot and the recorder's file figures."""
+        self.endpoint.setText(f"listening on {endpoint}" if endpoint else "not listening")
+        self.rate.setText(f"{snap.messages_per_s:,.0f} msg/s")
+        drops = int(snap.drops.sum()) if snap.drops.size else 0
+        gaps = snap.counters.get("missing_messages", 0)
+        self.loss.setText(f"drops {drops:,} · gaps {gaps:,}")
+        self.loss.setStyleSheet("color: #e15759;" if drops or gaps else "")
+        rejected: dict[str, int] = snap.counters.get("rejected", {})
+        total = sum(rejected.values())
+        self.rejected.setText(f"rejected {total:,}")
+        self.rejected.setStyleSheet("color: #e15759;" if total else "")
+        self.rejected.setToolTip("Rejected messages by reason:\n" + (
+            "\n".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items())) or "none"))
+        if recording_path:
+            size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
+            self.recording.setText(f"recording {recording_path}{size}")
+            self.recording.setToolTip(recording_path)
+        else:
+            self.recording.setText("not recording")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"

@@ -1,0 +1,147 @@
+"""Step-time breakdown: stacked columns over time (TensorBoard's step-time graph) and per-rank stacked horizontal
+bars (Holistic Trace Analysis' temporal breakdown), in the one phase palette, with a legend that says it once.
+
+Owns its plot items only; redrawn from snapshots. Missing phases are not drawn as zero: a bucket without data has
+no column, a rank without recent steps has no bar.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtWidgets
+
+from gui.core.store import PHASES, STATE_LOST, Snapshot
+from gui.views import theme
+from gui.views.qt_plot_tools import HoverReadout, format_seconds, make_plot, seconds_ago, set_range
+
+COLUMNS_WINDOW_S = 120
+
+
+class QtStepBreakdown(QtWidgets.QWidget):
+    """Stacked columns (cluster mean per 1 s bucket) and per-rank stacked bars (mean of the last steps)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        header = QtWidgets.QHBoxLayout()
+        title = QtWidgets.QLabel("Step-time breakdown")
+        title.setObjectName("chartTitle")
+        self.legend = QtWidgets.QLabel(theme.legend_html())
+        self.legend.setToolTip("\n".join(f"{theme.PHASE_LABELS[p]}: {theme.PHASE_DESCRIPTIONS[p]}" for p in PHASES))
+        header.addWidget(title)
+        header.addStretch(1)
+        header.addWidget(self.legend)
+        layout.addLayout(header)
+        row = QtWidgets.QHBoxLayout()
+        self.columns_plot = make_plot("step time", "s", "time relative to now", "s",
+                                      "Mean over ranks of the steps that ended in each 1 s bucket, stacked by phase.")
+        self.columns = {p: pg.BarGraphItem(x=[], height=[], width=0.8, brush=theme.PHASE_COLORS[p], pen=None)
+                        for p in PHASES}
+        for item in self.columns.values():
+            self.columns_plot.addItem(item)
+        self.step_line = pg.PlotDataItem([], [], pen=pg.mkPen(theme.current().plot_foreground, width=1),
+                                         connect="finite")
+        self.columns_plot.addItem(self.step_line)
+        self.ranks_plot = make_plot("rank", None, "mean step time (last 20 steps)", "s",
+                                    "One bar per rank, stacked by phase: the odd rank jumps out.")
+        self.bars = {p: pg.BarGraphItem(x0=[], y=[], width=[], height=0.8, brush=theme.PHASE_COLORS[p], pen=None)
+                     for p in PHASES}
+        for item in self.bars.values():
+            self.ranks_plot.addItem(item)
+        self.marker = pg.TextItem("", color=theme.STRAGGLER_COLOR, anchor=(0, 0.5))
+        self.ranks_plot.addItem(self.marker)
+        row.addWidget(self.columns_plot, 3)
+        row.addWidget(self.ranks_plot, 2)
+        layout.addLayout(row)
+        self.columns_hover = HoverReadout(self.columns_plot, self._describe_column)
+        self.ranks_hover = HoverReadout(self.ranks_plot, self._describe_rank)
+        self._snap: Snapshot | None = None
+        self._x = np.zeros(0)
+        self._rank_phases: dict[str, np.ndarray] = {}
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def render(self, snap: Snapshot) -> None:
+        """Show one snapshot."""
+        self._snap = snap
+        self._x = seconds_ago(snap.bucket_start_s, snap.bucket_s, snap.now_s)
+        cluster = snap.cluster_phase_s
+        has = np.isfinite(cluster["step"])
+        base = np.zeros(int(has.sum()))
+        for phase in PHASES:
+            height = np.nan_to_num(cluster[phase][has])
+            self.columns[phase].setOpts(x=self._x[has], y0=base.copy(), height=height, width=0.8 * snap.bucket_s)
+            base = base + height
+        self.step_line.setData(self._x, cluster["step"])
+        shown = cluster["step"][self._x >= -COLUMNS_WINDOW_S]
+        tallest = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
+        # a rounded y range: autorange would follow every step's jitter and re-layout the axes each frame
+        set_range(self.columns_plot, x=(-COLUMNS_WINDOW_S, snap.bucket_s / 2), y=(0.0, _nice_ceiling(tallest * 1.1)))
+        self._render_ranks(snap)
+
+    # ---- Drawing -------------------------------------------------------------------------------------------------
+
+    def _render_ranks(self, snap: Snapshot) -> None:
+        other = snap.recent_step_s - np.nan_to_num(snap.recent_data_wait_s) - np.nan_to_num(snap.recent_compute_s) \
+            - np.nan_to_num(snap.recent_comm_exposed_s)
+        self._rank_phases = {"data_wait": snap.recent_data_wait_s, "compute": snap.recent_compute_s,
+                             "comm_exposed": snap.recent_comm_exposed_s, "other": np.maximum(other, 0.0)}
+        has = np.isfinite(snap.recent_step_s)
+        y = np.arange(len(snap.ranks), dtype=float)[has] + 0.5
+        left = np.zeros(int(has.sum()))
+        lost = np.array([s == STATE_LOST for s in snap.state], bool)[has]
+        height = 0.8 if len(snap.ranks) <= 64 else 1.0  # thin gaps between hundreds of bars alias into stripes
+        for phase in PHASES:
+            width = np.nan_to_num(self._rank_phases[phase][has])
+            if lost.any():
+                brushes = [theme.LOST_COLOR if gone else theme.PHASE_COLORS[phase] for gone in lost]
+                self.bars[phase].setOpts(x0=left.copy(), y=y, width=width, height=height, brushes=brushes)
+            else:  # one brush for all bars: building a brush per bar per frame is the slow part
+                self.bars[phase].setOpts(x0=left.copy(), y=y, width=width, height=height, brushes=None,
+                                         brush=theme.PHASE_COLORS[phase])
+            left = left + width
+        row = snap.straggler_row()
+        if row is not None and np.isfinite(snap.recent_step_s[row]):
+            self.marker.setText("◀ straggler")
+            self.marker.setPos(float(snap.recent_step_s[row]), row + 0.5)
+        else:
+            self.marker.setText("")
+        n = max(len(snap.ranks), 1)
+        widest = float(np.nanmax(snap.recent_step_s)) if has.any() else 1.0
+        # round the x range up so it does not move with every step's jitter
+        set_range(self.ranks_plot, x=(0, _nice_ceiling(widest * 1.5)), y=(0, n))
+
+    def _describe_column(self, x: float, y: float) -> str | None:
+        if self._snap is None or self._x.size == 0:
+            return None
+        col = int(np.argmin(np.abs(self._x - x)))
+        cluster = self._snap.cluster_phase_s
+        if abs(self._x[col] - x) > self._snap.bucket_s or not np.isfinite(cluster["step"][col]):
+            return "no steps in this second"
+        lines = [f"time {self._x[col]:+.0f} s, mean over ranks", f"step: {format_seconds(cluster['step'][col])}"]
+        lines += [f"{theme.PHASE_LABELS[p]}: {format_seconds(cluster[p][col])}" for p in PHASES]
+        return "\n".join(lines)
+
+    def _describe_rank(self, x: float, y: float) -> str | None:
+        if self._snap is None:
+            return None
+        row = int(np.floor(y))
+        if not 0 <= row < len(self._snap.ranks):
+            return None
+        lines = [f"rank {int(self._snap.ranks[row])} ({self._snap.state[row]})",
+                 f"step: {format_seconds(self._snap.recent_step_s[row])}"]
+        lines += [f"{theme.PHASE_LABELS[p]}: {format_seconds(self._rank_phases[p][row])}" for p in PHASES]
+        return "\n".join(lines)
+
+
+def _nice_ceiling(value: float) -> float:
+    """Round up to a few "nice" multiples of a power of ten, so ranges change only when the data really moved."""
+    if not np.isfinite(value) or value <= 0:
+        return 1.0
+    scale = 10 ** np.floor(np.log10(value))
+    for step in (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if value <= step * scale:
+            return float(step * scale)
+    return float(10 * scale)

@@ -1,0 +1,223 @@
+"""LiveStore without Qt: ingest real schema records in wire batches and check what a frame would show."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from agent import wire
+from agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
+from agent.wire import Batch
+from gui.core.ingest import Gap, Rejection
+from gui.core.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_straggler
+
+T0 = 1_700_000_000.0
+
+
+def hello(agent_id: str, ranks: list[int], host: str = "node0", strategy: str = "ddp") -> Hello:
+    return Hello("run", agent_id, host, 1, ranks[0], 0, 4, 0, ranks, "simulated", strategy, None, [], "0.1.0",
+                 "1.0", T0, 0.0, T0)
+
+
+def step(rank: int, k: int, end: float, *, data: float = 0.01, comp: float = 0.04, comm: float = 0.02,
+         samples: int | None = 32, first: bool = False) -> Step:
+    step_s = 0.1
+    return Step(rank, k, end - step_s, end, step_s, data, comp, comm + 0.01, comm, samples, None, None, None, first)
+
+
+def batch(agent_id: str, records: list, seq: int = 0) -> Batch:
+    # through the real wire format, so the store sees exactly what the collector hands it
+    return wire.decode(wire.encode(agent_id, seq, T0, records))
+
+
+def feed_cluster(store: LiveStore, ranks: int, steps: int, *, slow: int | None = None, start: float = T0) -> None:
+    for r in range(ranks):
+        store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), start)
+    for k in range(steps):
+        end = start + (k + 1) * 0.1
+        for r in range(ranks):
+            comm = 0.001 if r == slow else 0.04
+            store.on_batch(batch(f"a{r}", [step(r, k, end, comm=comm)], seq=k + 1), end)
+
+
+def test_empty_store_snapshot_is_empty_not_zero() -> None:
+    snap = LiveStore().snapshot()
+    assert snap.ranks.size == 0
+    assert math.isnan(snap.idle_share) and snap.straggler is None and math.isnan(snap.steps_per_s)
+    assert not snap.no_gpu  # nothing reported yet: we do not claim "no GPU"
+
+
+def test_steps_reach_table_heat_and_breakdown() -> None:
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    feed_cluster(store, 4, 30)
+    snap = store.snapshot(now_s=T0 + 3.05)
+    assert list(snap.ranks) == [0, 1, 2, 3]
+    assert snap.state == (STATE_RUNNING,) * 4
+    assert list(snap.current_step) == [29] * 4
+    assert np.allclose(snap.recent_step_s, 0.1)
+    assert np.allclose(snap.recent_comm_exposed_s, 0.04)
+    assert np.all(np.diff(snap.bucket_start_s) == 1.0)  # one time axis, oldest first
+    used = ~np.isnan(snap.heat_step_s[0])
+    assert used.sum() == 4 and used[-1]  # steps ended in 3 full seconds + one partial, the newest last
+    assert np.all(np.isnan(snap.heat_step_s[:, ~used]))  # empty buckets are NaN, never 0
+    assert np.allclose(snap.heat_comm_exposed_share[:, used], 0.4, atol=1e-4)
+    assert np.allclose(snap.cluster_phase_s["compute"][used], 0.04, atol=1e-6)
+    assert np.allclose(snap.cluster_phase_s["other"][used], 0.1 - 0.01 - 0.04 - 0.04, atol=1e-6)
+    assert snap.steps_per_s == pytest.approx(4 * 10, rel=0.1)  # 4 ranks x 10 steps/s
+    assert snap.idle_share == pytest.approx(0.6, abs=1e-3)
+    assert snap.idle_cause == "comm_exposed"
+
+
+def test_straggler_is_the_rank_that_waits_least_in_allreduce() -> None:
+    store = LiveStore()
+    feed_cluster(store, 8, 25, slow=5)
+    snap = store.snapshot(now_s=T0 + 3)
+    assert snap.straggler is not None and snap.straggler.rank == 5
+    assert snap.ranks[snap.straggler_row()] == 5
+    assert "rank 5" in snap.straggler.reason
+
+
+def test_a_lost_rank_is_not_the_straggler() -> None:
+    store = LiveStore(lost_timeout_s=1.0)
+    feed_cluster(store, 4, 25, slow=2)
+    assert store.snapshot(now_s=T0 + 2.6).straggler.rank == 2  # type: ignore[union-attr]
+    for r in (0, 1, 3):  # everybody but the slow rank keeps sending
+        store.on_batch(batch(f"a{r}", [step(r, 99, T0 + 4.0)], seq=99), T0 + 4.0)
+    snap = store.snapshot(now_s=T0 + 4.1)
+    assert snap.state[2] == STATE_LOST and (snap.straggler is None or snap.straggler.rank != 2)
+
+
+def test_no_straggler_in_a_balanced_cluster() -> None:
+    ranks = np.arange(8)
+    step_s = np.full(8, 0.1)
+    comm = 0.04 + np.linspace(0, 0.002, 8)  # jitter far below 5 % of a step
+    assert find_straggler(ranks, step_s, comm, np.full(8, 0.01)) is None
+
+
+def test_lost_finished_and_restarted_ranks() -> None:
+    store = LiveStore(lost_timeout_s=2.0)
+    feed_cluster(store, 3, 5)
+    last = T0 + 0.5
+    store.on_batch(batch("a1", [Event(last, EventKind.FINISHED, 1)], seq=9), last)
+    snap = store.snapshot(now_s=last + 1.0)
+    assert snap.state == (STATE_RUNNING, STATE_FINISHED, STATE_RUNNING)
+    store.on_batch(batch("a0", [step(0, 5, last + 2.5)], seq=10), last + 2.5)
+    snap = store.snapshot(now_s=last + 3.0)
+    assert snap.state == (STATE_RUNNING, STATE_FINISHED, STATE_LOST)
+    # rank 1 restarts under a new agent id: running again, same row
+    store.on_batch(batch("a1-new", [hello("a1-new", [1]), step(1, 0, last + 3.0)]), last + 3.0)
+    snap = store.snapshot(now_s=last + 3.1)
+    assert snap.state[1] == STATE_RUNNING and list(snap.ranks) == [0, 1, 2]
+
+
+def test_mirrored_agent_covers_many_ranks_and_late_ranks_grow_the_store() -> None:
+    store = LiveStore()
+    store.on_batch(batch("m", [hello("m", list(range(8)), strategy="mirrored")]), T0)
+    store.on_batch(batch("m", [step(r, 0, T0 + 0.1) for r in range(8)], seq=1), T0 + 0.1)
+    store.on_batch(batch("m", [Health(T0, 0, 100, 7, 10, 1, 0, 1)], seq=2), T0 + 0.2)
+    store.on_gap(Gap("m", 3, 6, T0))
+    for r in range(100, 1124):  # 1024 ranks appearing late, far past the initial capacity
+        store.on_batch(batch(f"x{r}", [step(r, 0, T0 + 0.2)]), T0 + 0.2)
+    snap = store.snapshot(now_s=T0 + 0.3)
+    assert snap.ranks.size == 8 + 1024
+    assert list(snap.drops[:8]) == [7] * 8 and list(snap.gaps[:8]) == [3] * 8
+    assert snap.hosts[0] == "node0" and snap.hosts[-1] == "?"  # no hello from x*: host unknown, not invented
+    assert snap.world_size >= 1032
+
+
+def test_gpu_host_and_no_gpu_state() -> None:
+    store = LiveStore()
+    store.on_batch(batch("a", [HostSample(T0, "cpu-box", 12.0, 1, 2, None, None, 0, GpuStatus.NO_GPU, "no lib")]), T0)
+    assert store.snapshot(now_s=T0).no_gpu
+    store.on_batch(batch("b", [GpuSample(T0, "gpu-box", 0, util_pct=55.0, mem_used_bytes=10, mem_total_bytes=20),
+                               GpuSample(T0 + 1, "gpu-box", 0, util_pct=None)]), T0 + 1)
+    snap = store.snapshot(now_s=T0 + 1)
+    assert not snap.no_gpu
+    (gpu,) = snap.gpus
+    assert gpu.util_pct[0] == 55.0 and math.isnan(gpu.util_pct[1])  # unsupported reading stays missing
+    assert snap.host_states[0].cpu_pct[0] == 12.0
+
+
+def test_rejections_gaps_and_rates_are_counted() -> None:
+    store = LiveStore()
+    store.on_rejection(Rejection("version", "schema 2.0", T0, 10))
+    store.on_rejection(Rejection("version", "schema 2.0", T0, 10))
+    store.on_rejection(Rejection("malformed", "garbage", T0, 3))
+    for i in range(50):
+        store.on_batch(batch("a", [], seq=i), T0 + 1 + i * 0.05)
+    snap = store.snapshot(now_s=T0 + 4.0)
+    assert snap.counters["rejected"] == {"version": 2, "malformed": 1}
+    assert snap.messages_per_s == pytest.approx(50 / 3)  # all 50 in seconds 1..3, the complete ones before 4
+
+
+def test_snapshot_is_immutable_and_cached_until_a_change() -> None:
+    store = LiveStore()
+    feed_cluster(store, 2, 3)
+    a = store.snapshot(now_s=T0 + 1)
+    assert store.snapshot(now_s=T0 + 1.05) is a
+    with pytest.raises(ValueError):
+        a.heat_step_s[0, 0] = 1.0
+    store.on_batch(batch("a0", [step(0, 9, T0 + 1)], seq=99), T0 + 1)
+    assert store.snapshot(now_s=T0 + 1.05).version > a.version
+
+
+def test_first_batch_is_kept_out_of_steady_pictures_but_updates_the_table() -> None:
+    store = LiveStore()
+    store.on_batch(batch("a", [Step(0, 0, T0, T0 + 5, 5.0, 4.9, 0.1, None, None, None, None, None, None, True)]),
+                   T0 + 5)
+    snap = store.snapshot(now_s=T0 + 5)
+    assert snap.current_step[0] == 0 and math.isnan(snap.recent_data_wait_s[0])
+    assert np.all(np.isnan(snap.heat_step_s))
+
+
+def test_to_session_data_holds_recent_steps_and_samples() -> None:
+    store = LiveStore()
+    feed_cluster(store, 3, 10)
+    store.on_batch(batch("g", [GpuSample(T0, "h", 0, util_pct=5.0)]), T0)
+    data = store.to_session_data()
+    assert data.ranks == [0, 1, 2]
+    assert len(data.steps["step"]) == 30
+    own = data.steps_of(2)
+    assert list(own["step"]) == list(range(10))
+    assert np.allclose(own["start_s"], own["end_s"] - own["step_s"])
+    assert data.gpu["util_pct"][0] == 5.0 and data.gpu["host"][0] == "h"
+    assert math.isnan(data.steps["loss"][0])
+
+
+def test_concurrent_ingest_and_snapshots_do_not_break() -> None:
+    store = LiveStore()
+    stop = time.monotonic() + 1.0
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        try:
+            k = 0
+            while time.monotonic() < stop:
+                store.on_batch(batch(f"w{offset}", [step(offset * 100 + k % 50, k, T0 + k * 0.01)], seq=k), T0)
+                k += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    frames = 0
+    while time.monotonic() < stop:
+        snap = store.snapshot()
+        assert snap.ranks.size == snap.heat_step_s.shape[0] == len(snap.state)
+        frames += 1
+    for t in threads:
+        t.join(5)
+    assert not errors and frames > 0
+    assert store.snapshot().ranks.size == 100
+
+
+def test_a_bad_record_is_counted_not_raised() -> None:
+    store = LiveStore()
+    bad = Batch("a", 0, T0, (1, 0), [Step(0, 0, T0, T0 + 1, "x", None)])  # type: ignore[arg-type]
+    store.on_batch(bad, T0)
+    assert store.snapshot().counters["bad_records"] == 1

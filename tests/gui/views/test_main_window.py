@@ -1,0 +1,115 @@
+"""The main window over a real store fed by real records: builds, switches modes, says "no GPU", greys lost ranks."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+
+from agent import wire
+from agent.schema import GpuStatus, Hello, HostSample, Step
+from gui.core.store import STATE_LOST, LiveStore
+from gui.views.qt_gpu_panel import NO_GPU_TEXT
+from gui.views.qt_main_window import QtMainWindow
+from gui.views.qt_preferences import Preferences
+from gui.views.qt_ranks_table import RanksTableModel
+
+
+def _feed(store: LiveStore, ranks: int, steps: int = 12, *, slow: int | None = None) -> None:
+    now = time.time()
+    for r in range(ranks):
+        hello = Hello("run", f"a{r}", f"host{r // 8}", 1, r, 0, ranks, 0, [r], "simulated", "simulated", None, [],
+                      "0.1.0", "1.0", now, 0.0, now - 10)
+        store.on_batch(wire.decode(wire.encode(f"a{r}", 0, now, [hello])), now)
+    for k in range(steps):
+        end = now - (steps - k) * 0.5
+        records = [Step(r, k, end - 0.1, end, 0.1, 0.01, 0.05, 0.03, 0.001 if r == slow else 0.03, 32)
+                   for r in range(ranks)]
+        for r, rec in enumerate(records):
+            store.on_batch(wire.decode(wire.encode(f"a{r}", k + 1, now, [rec])), now)
+
+
+@pytest.fixture
+def window(qtbot):  # type: ignore[no-untyped-def]
+    def make(store: LiveStore) -> QtMainWindow:
+        win = QtMainWindow(store, endpoint="tcp://127.0.0.1:1", preferences=Preferences(price_per_gpu_hour=2.0))
+        win.timer.stop()  # tests drive frames themselves
+        qtbot.addWidget(win)
+        win.show()
+        return win
+    return make
+
+
+def test_window_builds_and_renders_an_empty_store(window) -> None:  # type: ignore[no-untyped-def]
+    win = window(LiveStore())
+    snap = win.render_frame()
+    assert snap.ranks.size == 0
+    assert win.ranks_model.rowCount() == 0
+    assert win.overview.throughput.value.text() == "no data"
+    assert not win.grab().isNull()
+
+
+def test_few_ranks_draw_lines_table_and_straggler(window) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore()
+    _feed(store, 4, slow=2)
+    win = window(store)
+    win.render_frame()
+    assert not win.stall.heatmap_mode
+    drawn = [line for line in win.stall.lines if line.xData is not None and len(line.xData)]
+    assert len(drawn) == 4
+    y = drawn[0].yData
+    assert np.nanmax(y) == pytest.approx(30.0, rel=1e-3)  # 0.03 s of a 0.1 s step, in %
+    assert win.ranks_model.rowCount() == 4
+    assert win.overview.straggler.value.text() == "rank 2"
+    straggler_cell = win.ranks_model.index(2, 0)
+    assert "straggler" in win.ranks_model.data(straggler_cell)
+    assert win.breakdown.bars["compute"].opts["width"][0] == pytest.approx(0.05)
+    assert "rank" in (win.stall.lines_hover.text_at(float(win.stall._x[-1]), 30.0) or "")
+    assert win.gpu_panel.bars_hover is not None
+
+
+def test_many_ranks_switch_to_heatmap_bands_and_top_list(window) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore()
+    _feed(store, 40, slow=7)
+    win = window(store)
+    win.render_frame()
+    assert win.stall.heatmap_mode and win.data_idle.heatmap_mode
+    image = win.stall.image.image  # uint8 indices into the heat LUT; 255 = no data
+    assert image.shape[0] == 40
+    assert (image == 255).any()  # buckets before the first step are drawn as "no data", not as 0
+    assert image[image != 255].max() == round(30.0 * 2.54)  # 0.03 s of a 0.1 s step = 30 %
+    assert tuple(win.stall._lut[255][:3]) == (0xD9, 0xD9, 0xD9)  # the grey of gui.core.phases.NO_DATA_COLOR
+    assert win.stall.top.count() > 0
+    assert np.isfinite(win.stall.p50.yData).any()
+    text = win.stall.heat_hover.text_at(float(win.stall._x[-2]), 7.5)
+    assert text is not None and text.startswith("rank 7")
+
+
+def test_no_gpu_message_and_lost_rank_greyed(window) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore(lost_timeout_s=0.3)
+    _feed(store, 2, steps=3)
+    host = HostSample(time.time(), "host0", 20.0, 1, 2, None, None, 0, GpuStatus.NO_GPU, "NVML not found")
+    store.on_batch(wire.decode(wire.encode("a0", 50, time.time(), [host])), time.time())
+    win = window(store)
+    win.render_frame()
+    assert win.gpu_panel.showing_cpu and win.gpu_panel.notice.text() == NO_GPU_TEXT
+    time.sleep(0.5)
+    win.render_frame()
+    model = win.ranks_model
+    assert model.data(model.index(0, 2)) == STATE_LOST
+    assert model.data(model.index(0, 0), RanksTableModel.SortRole) == 0
+    assert "lost" in win.overview.run.detail.text()
+
+
+def test_table_sorts_numerically(window) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore()
+    _feed(store, 12)
+    win = window(store)
+    win.render_frame()
+    table = win.ranks_table
+    table.sortByColumn(0, table.horizontalHeader().sortIndicatorOrder().DescendingOrder)
+    first = table.model().index(0, 0).data(RanksTableModel.SortRole)
+    assert first == 11  # numeric sort, not "9" > "11"

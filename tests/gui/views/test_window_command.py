@@ -1,0 +1,47 @@
+"""``ringscope window``: options parse, and the command opens the window, records a session file in the per-user
+data folder, and exits 0 when the event loop ends.
+
+The end-to-end run is a subprocess: ``app.exec()`` / ``quit()`` leave the test process's QApplication in a quitting
+state that would break the tests after it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from gui.cli import build_parser
+
+_SCRIPT = """
+import sys
+from PySide6 import QtCore, QtWidgets
+app = QtWidgets.QApplication(sys.argv[:1])
+QtCore.QSettings.setPath(QtCore.QSettings.Format.NativeFormat, QtCore.QSettings.Scope.UserScope, sys.argv[1])
+def look_and_quit():
+    shown = [w for w in app.topLevelWidgets() if w.isVisible() and type(w).__name__ == "QtMainWindow"]
+    print("windows", len(shown), flush=True)
+    app.quit()
+QtCore.QTimer.singleShot(2500, look_and_quit)
+from gui.cli import main
+sys.exit(main(["window", "--bind", "tcp://127.0.0.1:0", "--simulate", "2"]))
+"""
+
+
+def test_window_options_parse() -> None:
+    args = build_parser().parse_args(["window", "--bind", "tcp://127.0.0.1:0", "--record", "x.db", "--simulate", "4"])
+    assert (args.bind, args.record, args.simulate) == ("tcp://127.0.0.1:0", "x.db", 4)
+
+
+def test_window_command_opens_records_and_exits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), QT_QPA_PLATFORM="offscreen")
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "config")], env=env, capture_output=True,
+                          text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "windows 1" in done.stdout
+    sessions = list((tmp_path / "data" / "ringscope" / "sessions").glob("*.db"))
+    assert len(sessions) == 1 and sessions[0].stat().st_size > 0
