@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,10 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from gui.core.collector import Collector, CollectorError
+from gui.core.live_analysis import LiveAnalyzer
 from gui.core.recorder import Recorder
+from gui.core.session import load as load_session
+from gui.core.session_data import SessionData
 from gui.core.store import LiveStore
 from gui.views import theme
 from gui.views.qt_main_window import QtMainWindow
@@ -42,6 +46,7 @@ class WindowParts:
     collector: Collector
     recorder: Recorder | None
     launcher: Any = None
+    analyzer: LiveAnalyzer | None = None
     simulation_stop: threading.Event = field(default_factory=threading.Event)
     simulation: threading.Thread | None = None
 
@@ -49,6 +54,9 @@ class WindowParts:
         """Stop the simulation, the timer, the collector, then the recorder (so it gets every last record)."""
         self.simulation_stop.set()
         self.window.timer.stop()
+        self.window.cost_timer.stop()
+        if self.analyzer is not None:
+            self.analyzer.close()
         if self.launcher is not None and hasattr(self.launcher, "close"):
             self.launcher.close()
         if self.simulation is not None:
@@ -84,9 +92,20 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
             recorder.close()
         raise
     launcher = _make_launcher(collector.endpoint)
+    session_source = _session_source(store, recorder)
+    window_ref: list[QtMainWindow] = []
+
+    def price() -> float | None:  # read on the analyzer's thread: a float attribute, no Qt call
+        current = window_ref[0].preferences if window_ref else prefs
+        return current.price_per_gpu_hour or None
+
+    analyzer = LiveAnalyzer(session_source, price)
     window = QtMainWindow(store, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
-                          launcher=launcher)
-    parts = WindowParts(window, store, collector, recorder, launcher)
+                          launcher=launcher, cost_panel=_make_cost_panel(), analyzer=analyzer,
+                          session_source=session_source)
+    window_ref.append(window)
+    analyzer.start()
+    parts = WindowParts(window, store, collector, recorder, launcher, analyzer)
     if simulate_ranks:
         parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {})
     return parts
@@ -115,13 +134,30 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
         parts.close()
 
 
+def _session_source(store: LiveStore, recorder: Recorder | None) -> Callable[[], SessionData]:
+    """Where whole-session figures come from: the recording (complete) or, without one, the live store (recent)."""
+    if recorder is None:
+        return store.to_session_data
+    path = recorder.path
+    return lambda: load_session(path)
+
+
+def _make_cost_panel() -> QtWidgets.QWidget | None:
+    try:
+        from gui.views.qt_cost_panel import QtCostPanel
+    except ImportError:
+        return None
+    return QtCostPanel()
+
+
 def _make_launcher(endpoint: str) -> Any:
     try:
-        from gui.core.launcher import Launcher  # another engineer's module; optional until it lands
+        from gui.core.launcher import Launcher, connect_endpoint
     except ImportError:
         return None
     try:
-        return Launcher(endpoint)
+        # Agents must connect to an address, not to the wildcard the window may be bound to (tcp://0.0.0.0:...).
+        return Launcher(connect_endpoint(endpoint))
     except Exception:
         log.exception("launcher could not be created; launch actions stay disabled")
         return None

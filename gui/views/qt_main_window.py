@@ -60,13 +60,18 @@ class QtMainWindow(QtWidgets.QMainWindow):
 
     def __init__(self, store: LiveStore, *, endpoint: str = "", preferences: Preferences | None = None,
                  recorder: Any = None, launcher: Any = None,
-                 cost_panel: QtWidgets.QWidget | None = None) -> None:
+                 cost_panel: QtWidgets.QWidget | None = None, analyzer: Any = None,
+                 session_source: Callable[[], Any] | None = None) -> None:
         super().__init__()
         self.store = store
         self.endpoint = endpoint
         self.preferences = preferences or Preferences()
         self.recorder = recorder
         self.launcher = launcher
+        self.cost_panel = cost_panel
+        self.analyzer = analyzer
+        self.session_source = session_source or store.to_session_data
+        self._figures_version = 0
         self.frames = 0
         self.last_snapshot: Snapshot | None = None
         self._last_full_render = 0.0
@@ -90,6 +95,10 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)  # a coarse timer drifts to ~25 Hz
         self.timer.timeout.connect(self.render_frame)
         self.timer.start()
+        self.cost_timer = QtCore.QTimer(self)  # whole-session figures change slowly: pick them up once a second
+        self.cost_timer.setInterval(1000)
+        self.cost_timer.timeout.connect(self.render_cost)
+        self.cost_timer.start()
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -115,6 +124,14 @@ class QtMainWindow(QtWidgets.QMainWindow):
             self.sig_frame_rendered.emit(snap)
         return snap
 
+    def render_cost(self) -> None:
+        """Show the analyzer's latest whole-session figures in the cost panel, if they are new."""
+        figures = self.analyzer.latest() if self.analyzer is not None else None
+        if figures is None or self.cost_panel is None or figures.version == self._figures_version:
+            return
+        self._figures_version = figures.version
+        self.cost_panel.update_from(figures.analysis, figures.cost)
+
     def _heavy_views_due(self, ranks: int) -> tuple[Any, ...]:
         heavy = (self.gpu_panel, self.breakdown, self.stall, self.data_idle)
         if ranks <= STAGGER_ABOVE_RANKS or self.last_snapshot is None:
@@ -129,6 +146,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
         """Use new preferences now (the lost-rank timeout and price apply at once; endpoint and theme at restart)."""
         self.preferences = prefs
         self.store.lost_timeout_s = prefs.lost_timeout_s
+        if self.analyzer is not None:
+            self.analyzer.refresh()  # the price may have changed
         self._last_full_render = 0.0
 
     # ---- Layout and actions --------------------------------------------------------------------------------------
@@ -231,13 +250,20 @@ class QtMainWindow(QtWidgets.QMainWindow):
             self.start_launch(dialog.spec())
 
     def start_launch(self, spec: Any) -> None:
-        """Start a launch spec (the demo, a dialog's result) and show the processes dock."""
-        if self.process_panel is not None:
-            self.process_panel.start(spec)
-            if self.process_dock is not None:
-                self.process_dock.raise_()
-        elif self.launcher is not None:
-            self.launcher.start(spec)
+        """Start a launch spec (the demo, a dialog's result) and show the processes dock.
+
+        A spec the launcher refuses (``LaunchError``: bad options, port in use...) is shown to the user, not raised.
+        """
+        try:
+            if self.process_panel is not None:
+                self.process_panel.start(spec)
+                if self.process_dock is not None:
+                    self.process_dock.raise_()
+            elif self.launcher is not None:
+                self.launcher.start(spec)
+        except Exception as exc:  # LaunchError carries .errors; anything else still must not kill the window
+            errors = getattr(exc, "errors", None) or [str(exc)]
+            QtWidgets.QMessageBox.warning(self, "Launch refused", "\n".join(f"• {e}" for e in errors))
 
     def _stop(self) -> None:
         if self.launcher is not None:
@@ -249,7 +275,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         if export is None:
             QtWidgets.QMessageBox.information(self, "Export report", why or "export is not wired yet")
             return
-        export(self, self.store.to_session_data())
+        export(self, self.session_source)  # the whole session (the recording), loaded on the export thread
 
     def _compare(self) -> None:
         module, why = _optional("gui.views.qt_report_actions")

@@ -45,7 +45,7 @@ class _Card(QtWidgets.QFrame):
 
 
 class QtOverview(QtWidgets.QWidget):
-    """Six cards answering "healthy, and if not, why?". ``cost_widget`` replaces the built-in cost card."""
+    """Cards answering "healthy, and if not, why?"; ``cost_widget`` (whole-session cost) is added at the end."""
 
     def __init__(self, cost_widget: QtWidgets.QWidget | None = None) -> None:
         super().__init__()
@@ -59,11 +59,12 @@ class QtOverview(QtWidgets.QWidget):
         self.straggler = _Card("Straggler", "The rank the others wait for: in synchronous data parallelism the "
                                             "slowest rank waits least in AllReduce. " + field_doc("comm_exposed_s"))
         self.cost = _Card("Cost of waiting", "Idle share x GPUs x price per GPU-hour (set the price in "
-                                             "Preferences). A full breakdown comes with the cost panel.")
-        cards = [self.run, self.throughput, self.step_time, self.idle, self.straggler]
+                                             "Preferences): what waiting costs per hour right now.")
+        cards = [self.run, self.throughput, self.step_time, self.idle, self.straggler, self.cost]
         for card in cards:
             layout.addWidget(card, 1)
-        layout.addWidget(cost_widget if cost_widget is not None else self.cost, 1)
+        if cost_widget is not None:  # whole-session money figures next to the live waiting rate
+            layout.addWidget(cost_widget, 1)
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Maximum)
 
     # ---- Public API ----------------------------------------------------------------------------------------------

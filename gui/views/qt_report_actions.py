@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
@@ -36,7 +37,8 @@ class ExportJob(QtCore.QObject):
     sig_cancelled = QtCore.Signal()
     """The user cancelled; nothing was written."""
 
-    def __init__(self, session: SessionData, kind: str, path: str, price_per_gpu_hour: float | None) -> None:
+    def __init__(self, session: SessionData | Callable[[], SessionData], kind: str, path: str,
+                 price_per_gpu_hour: float | None) -> None:
         super().__init__()
         self.kind = kind
         self.path = path
@@ -52,7 +54,9 @@ class ExportJob(QtCore.QObject):
     def run(self) -> None:
         """Runs on the worker thread."""
         try:
-            report = build_report(self._session, self._price)
+            # A callable loads the whole session (e.g. the recording being written) here, off the GUI thread.
+            session = self._session() if callable(self._session) else self._session
+            report = build_report(session, self._price)
             paths = export(report, self.kind, self.path, progress=self._progress, cancel=self._cancel)
         except ExportCancelled:
             self.done = True
@@ -86,8 +90,8 @@ class QtReportExporter(QtCore.QObject):
         self._pool = pool or QtCore.QThreadPool.globalInstance()
         self.jobs: list[ExportJob] = []
 
-    def start(self, session: SessionData, kind: str, path: str, price_per_gpu_hour: float | None = None,
-              *, show_progress: bool = True) -> ExportJob:
+    def start(self, session: SessionData | Callable[[], SessionData], kind: str, path: str,
+              price_per_gpu_hour: float | None = None, *, show_progress: bool = True) -> ExportJob:
         """Start one export; returns its job (connect to its signals). ``kind``: html, pdf, csv or trace."""
         job = ExportJob(session, kind, path, price_per_gpu_hour)
         self.jobs.append(job)
@@ -133,8 +137,11 @@ def exporter_for(parent: QtWidgets.QWidget) -> QtReportExporter:
     return _exporters[key]
 
 
-def export_report(parent: QtWidgets.QWidget, session: SessionData) -> ExportJob | None:
-    """Ask for a format and a file, then export in the background (the main window's File > Export)."""
+def export_report(parent: QtWidgets.QWidget, session: SessionData | Callable[[], SessionData]) -> ExportJob | None:
+    """Ask for a format and a file, then export in the background (the main window's File > Export).
+
+    ``session`` may be a callable that loads the session; it is then called on the worker thread.
+    """
     path, chosen = QtWidgets.QFileDialog.getSaveFileName(parent, "Export report", "ringscope-report.html",
                                                          ";;".join(FILTERS))
     if not path:

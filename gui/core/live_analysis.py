@@ -1,0 +1,113 @@
+"""Whole-session analysis and cost while a training runs, computed off the GUI thread.
+
+The live store keeps only recent steps (enough for charts), but cost so far, waste by cause and work at risk are
+whole-session figures. ``LiveAnalyzer`` re-reads the whole session from a source (the recorder's SQLite file, which
+is readable while being written; or the live store when nothing is recorded) on its own thread, runs
+``analyze`` + ``estimate_cost``, and keeps the latest result for the GUI timer to pick up.
+
+It never touches Qt, never blocks the caller, and never raises: a failed pass is logged and the previous result
+stays. Its period stretches with the size of the session (at least ``PERIOD_FACTOR`` x the last pass), so a long
+run never makes it eat a core.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from gui.core.analysis import SessionAnalysis, analyze
+from gui.core.cost import CostBreakdown, estimate_cost
+from gui.core.session_data import SessionData
+
+log = logging.getLogger(__name__)
+
+PERIOD_FACTOR: Final[float] = 10.0
+"""The analyzer sleeps at least this many times as long as its last pass took (so it uses <= ~10 % of a core)."""
+QUIET_AFTER_S: Final[float] = 10.0
+"""After this long without a new step, cost is priced up to the last step instead of up to now."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFigures:
+    """One pass: the analysis, its cost, when it was made, how long it took, and a counter that grows per pass."""
+
+    analysis: SessionAnalysis
+    cost: CostBreakdown
+    made_s: float
+    took_s: float
+    version: int
+
+
+class LiveAnalyzer:
+    """Analyzes the session every ``min_period_s`` (or slower, see ``PERIOD_FACTOR``) on a daemon thread.
+
+    Args:
+        source: returns the whole session so far (called on the analyzer's thread).
+        price: returns the price per GPU-hour to use now (None: the agents' or the default price).
+    """
+
+    def __init__(self, source: Callable[[], SessionData], price: Callable[[], float | None],
+                 min_period_s: float = 2.0) -> None:
+        self._source = source
+        self._price = price
+        self._min_period_s = min_period_s
+        self._latest: LiveFigures | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ringscope-live-analysis", daemon=True)
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def start(self) -> LiveAnalyzer:
+        """Start the thread. Returns self."""
+        self._thread.start()
+        return self
+
+    def latest(self) -> LiveFigures | None:
+        """The most recent figures, or None before the first pass finished."""
+        return self._latest
+
+    def refresh(self) -> None:
+        """Ask for a pass now (e.g. after the price changed)."""
+        self._wake.set()
+
+    def analyze_now(self) -> LiveFigures | None:
+        """Run one pass on the calling thread (tests, and the final figures at shutdown)."""
+        self._pass()
+        return self._latest
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread (a pass in progress finishes first, within ``timeout_s``)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    # ---- Thread --------------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            took = self._pass()
+            self._wake.wait(max(self._min_period_s, PERIOD_FACTOR * took))
+            self._wake.clear()
+
+    def _pass(self) -> float:
+        started = time.monotonic()
+        try:
+            session = self._source()
+            analysis = analyze(session)
+            now = time.time()
+            # While steps still arrive the money keeps flowing up to now; once the run went quiet, stop the meter.
+            live = analysis.steps_total > 0 and now - analysis.end_s < QUIET_AFTER_S
+            cost = estimate_cost(analysis, session, self._price(), now_s=now if live else None)
+        except Exception:  # a session file mid-write, a bad price: keep the last figures, try again later
+            log.exception("live analysis pass failed; keeping the previous figures")
+            return time.monotonic() - started
+        took = time.monotonic() - started
+        version = 1 if self._latest is None else self._latest.version + 1
+        self._latest = LiveFigures(analysis, cost, time.time(), took, version)
+        return took
