@@ -620,7 +620,8 @@ def _build_snapshot(raw: dict[str, Any], now: float, store: LiveStore) -> Snapsh
         messages_per_s=_rate(raw["sec_abs"], raw["sec_msgs"], now),
         idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
         # lost or finished ranks keep their last steps but are not "the rank the others wait for" any more
-        straggler=find_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data),
+        straggler=find_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data,
+                                 r_comp),
         counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
     )
 
@@ -667,11 +668,13 @@ def _rate(seconds_abs: np.ndarray, counts: np.ndarray, now: float, window: int =
 
 
 def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray, data_wait_s: np.ndarray,
-                   min_share: float = 0.05) -> Straggler | None:
+                   compute_s: np.ndarray | None = None, min_share: float = 0.05) -> Straggler | None:
     """The rank the others wait for: in synchronous data parallelism the slowest rank waits least in AllReduce.
 
     A rank is named only when the other ranks' median exposed comm exceeds its own by at least ``min_share`` of
-    the median step time (so a healthy cluster with small jitter has no straggler).
+    the median step time (so a healthy cluster with small jitter has no straggler). Its cause is the phase in which
+    it spends more than the others (data wait: its input pipeline; compute: its compute), not the phase's absolute
+    size: when every rank waits for data, data is not what makes this one late.
     """
     ok = ~np.isnan(step_s) & ~np.isnan(comm_exposed_s)
     if ok.sum() < 2:
@@ -684,8 +687,13 @@ def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.nda
     if median_step <= 0 or gap / median_step < min_share:
         return None
     share = gap / median_step
-    data = data_wait_s[worst]
-    why = "its data loader" if not np.isnan(data) and data >= 0.5 * gap else "slower compute"
+    why = "cause unclear: neither its data wait nor its compute stands out"
+    for phase, values in (("its data loader", data_wait_s), ("slower compute", compute_s)):
+        if values is None or np.isnan(values[worst]) or np.isnan(values[others]).all():
+            continue
+        if values[worst] - float(np.nanmedian(values[others])) >= 0.5 * gap:
+            why = phase
+            break
     return Straggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
                                                f"of each step for it in AllReduce")
 

@@ -13,7 +13,7 @@ from PySide6 import QtWidgets
 from agent.schema import field_doc
 from gui.core.store import Snapshot
 from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, column_percentiles, make_plot, set_range
+from gui.views.qt_plot_tools import HoverReadout, column_percentiles, label_rows, make_plot, set_range
 
 MAX_LINES = 8
 MAX_PAIRED_BARS = 32
@@ -110,6 +110,7 @@ class QtGpuPanel(QtWidgets.QWidget):
         self._bar_values = list(zip(util.tolist(), mem.tolist(), strict=True))
         x = np.arange(len(names), dtype=float)
         set_range(self.bars_plot, x=(-0.6, max(len(names), 1) - 0.4))
+        label_rows(self.bars_plot, "bottom", x.tolist(), [_short_name(n) for n in names], max_labels=16)
         ok = np.isfinite(util)
         brushes = [_UTIL_BRUSHES[bool(u < theme.IDLE_UTIL_PCT)] for u in util[ok]]
         if len(names) > MAX_PAIRED_BARS:  # past this, paired bars merge into a block: utilization only
@@ -175,3 +176,9 @@ def _bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.n
     counts = np.bincount(flat, minlength=size)
     with np.errstate(all="ignore"):
         return (sums / counts).reshape(len(series), WINDOW_S)
+
+
+def _short_name(name: str) -> str:
+    """A bar's axis label: the GPU index (or host name for CPU bars); the full name is in the hover text."""
+    host, _, rest = name.partition(":")
+    return rest.split(" ")[0] if rest else host[:12]

@@ -12,6 +12,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from agent.schema import field_doc
+from gui.core.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
 from gui.core.store import STATE_FINISHED, STATE_LOST, Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import format_seconds, format_share
@@ -114,14 +115,16 @@ class QtOverview(QtWidgets.QWidget):
 
     def _render_cost(self, snap: Snapshot, price: float | None) -> None:
         gpus = len(snap.gpus) or len(snap.state)
-        if not price:
-            self.cost.show_values("—", "set a price per GPU-hour in Preferences (Ctrl+,)")
-        elif math.isnan(snap.idle_share):
-            self.cost.show_values("no data", f"{gpus} GPUs at {price:.2f} per hour")
+        unit = "GPU" if snap.gpus else "rank"  # CPU-only runs are priced per rank, as in the reports
+        source = "" if price else " (default price; set yours in Preferences, Ctrl+,)"
+        price = price or DEFAULT_PRICE_PER_GPU_HOUR
+        if math.isnan(snap.idle_share):
+            self.cost.show_values("no data", f"{gpus} {unit}s at {CURRENCY}{price:.2f} per hour{source}")
         else:
             wasted = snap.idle_share * gpus * price
-            self.cost.show_values(f"{wasted:,.2f} / h", f"{format_share(snap.idle_share)} idle x {gpus} GPUs x "
-                                                        f"{price:.2f} per GPU-hour")
+            self.cost.show_values(f"{CURRENCY}{wasted:,.2f} / h",
+                                  f"{format_share(snap.idle_share)} idle x {gpus} {unit}s x {CURRENCY}{price:.2f} "
+                                  f"per {unit}-hour{source}")
 
 
 def _clock(seconds: float) -> str:

@@ -6,7 +6,7 @@ it as a tooltip at the cursor (exact values, never a guess from pixels).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -33,6 +33,9 @@ def make_plot(left: str, left_units: str | None, bottom: str, bottom_units: str 
         # Axes change rarely (ranges are fixed or rounded) but every data update repaints the view; without a
         # cache each repaint re-plays the axis' text (measured: ~half the frame time with 8 plots).
         item.getAxis(name).setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    for name, units in (("left", left_units), ("bottom", bottom_units)):
+        if units is None:  # a count or an index (rank, GPU): "(x0.001)" SI prefixes there only confuse
+            item.getAxis(name).enableAutoSIPrefix(False)
     widget.setMinimumHeight(140)
     if tooltip:
         widget.setToolTip(tooltip)
@@ -111,6 +114,20 @@ def format_seconds(value: float) -> str:
     if abs(value) < 1.0:
         return f"{value * 1000.0:.1f} ms"
     return f"{value:.2f} s"
+
+
+def label_rows(widget: pg.PlotWidget, axis: str, positions: Sequence[float], labels: Sequence[str],
+               max_labels: int = 32) -> None:
+    """Name each row/column of an index axis (rank or GPU) when there are few; automatic ticks when many.
+
+    Only touches the axis when the labels changed (ticks are cached with the axis).
+    """
+    ticks = [list(zip(positions, labels, strict=True))] if 0 < len(labels) <= max_labels else None
+    key = f"_ringscope_ticks_{axis}"
+    if getattr(widget, key, "unset") == ticks:
+        return
+    setattr(widget, key, ticks)
+    widget.getPlotItem().getAxis(axis).setTicks(ticks)
 
 
 def set_range(widget: pg.PlotWidget, *, x: tuple[float, float] | None = None,

@@ -42,7 +42,14 @@ class QtRankTimeline(QtWidgets.QWidget):
         label = QtWidgets.QLabel(f'<span style="color:{theme.PHASE_COLORS[metric]}">&#9632;</span> {title}')
         label.setObjectName("chartTitle")
         label.setToolTip(tooltip)
-        layout.addWidget(label)
+        header = QtWidgets.QHBoxLayout()
+        header.addWidget(label)
+        header.addStretch(1)
+        self.rank_legend = QtWidgets.QLabel("")  # which line is which rank (lines mode only)
+        self.rank_legend.setToolTip("Line color per rank; lost ranks are grey and dashed.")
+        header.addWidget(self.rank_legend)
+        layout.addLayout(header)
+        self._legend_key: tuple[object, ...] = ()
         self.stack = QtWidgets.QStackedWidget()
         layout.addWidget(self.stack, 1)
         # lines mode
@@ -120,6 +127,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._x = seconds_ago(snap.bucket_start_s, snap.bucket_s, snap.now_s)
         if len(snap.ranks) > MAX_LINES:
             self.stack.setCurrentIndex(1)
+            self._set_rank_legend(snap, heatmap=True)
             self._render_heatmap(snap)
         else:
             self.stack.setCurrentIndex(0)
@@ -155,6 +163,24 @@ class QtRankTimeline(QtWidgets.QWidget):
                 line.setPen(pg.mkPen(theme.rank_color(i, n), width=1.5))
             line.setData(self._x, self._values[i])
         set_range(self.lines_plot, x=(-LINES_WINDOW_S, 0))
+        self._set_rank_legend(snap, heatmap=False)
+
+    def _set_rank_legend(self, snap: Snapshot, *, heatmap: bool) -> None:
+        key = (heatmap, tuple(snap.ranks.tolist()), snap.state)
+        if key == self._legend_key:
+            return  # rich text re-layout is not free: only when ranks or states change
+        self._legend_key = key
+        if heatmap:
+            self.rank_legend.setText("")
+            return
+        n = len(snap.ranks)
+        parts = []
+        for i, rank in enumerate(snap.ranks.tolist()):
+            lost = snap.state[i] == STATE_LOST
+            color = theme.LOST_COLOR if lost else theme.rank_color(i, n).name()
+            parts.append(f'<span style="color:{color}">&#9644;</span>&nbsp;rank&nbsp;{int(rank)}'
+                         + (" (lost)" if lost else ""))
+        self.rank_legend.setText("&nbsp;&nbsp;".join(parts))
 
     def _render_heatmap(self, snap: Snapshot) -> None:
         n, t = self._values.shape

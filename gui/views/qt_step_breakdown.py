@@ -13,7 +13,14 @@ from PySide6 import QtWidgets
 
 from gui.core.store import PHASES, STATE_LOST, Snapshot
 from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, format_seconds, make_plot, seconds_ago, set_range
+from gui.views.qt_plot_tools import (
+    HoverReadout,
+    format_seconds,
+    label_rows,
+    make_plot,
+    seconds_ago,
+    set_range,
+)
 
 COLUMNS_WINDOW_S = 120
 
@@ -112,6 +119,8 @@ class QtStepBreakdown(QtWidgets.QWidget):
         widest = float(np.nanmax(snap.recent_step_s)) if has.any() else 1.0
         # round the x range up so it does not move with every step's jitter
         set_range(self.ranks_plot, x=(0, _nice_ceiling(widest * 1.5)), y=(0, n))
+        label_rows(self.ranks_plot, "left", (np.arange(len(snap.ranks)) + 0.5).tolist(),
+                   [str(int(r)) for r in snap.ranks])
 
     def _describe_column(self, x: float, y: float) -> str | None:
         if self._snap is None or self._x.size == 0:

@@ -221,3 +221,18 @@ def test_a_bad_record_is_counted_not_raised() -> None:
     bad = Batch("a", 0, T0, (1, 0), [Step(0, 0, T0, T0 + 1, "x", None)])  # type: ignore[arg-type]
     store.on_batch(bad, T0)
     assert store.snapshot().counters["bad_records"] == 1
+
+
+def test_straggler_cause_is_the_phase_where_it_exceeds_the_others_not_the_largest_phase() -> None:
+    # The demo's situation: every rank waits 20 ms for data, rank 1 computes 40 ms longer, so rank 0 waits ~40 ms
+    # in AllReduce. Rank 1 is late because of compute, even though its data wait (20 ms) is half the gap.
+    ranks = np.array([0, 1], float)
+    step_s = np.full(2, 0.065)
+    data = np.array([0.020, 0.020])
+    compute = np.array([0.002, 0.042])
+    comm = np.array([0.042, 0.002])
+    by_compute = find_straggler(ranks, step_s, comm, data, compute)
+    assert by_compute is not None and by_compute.rank == 1 and "slower compute" in by_compute.reason
+    # Same gap, but this time rank 1 waits 40 ms longer for its batches than rank 0.
+    by_data = find_straggler(ranks, step_s, comm, np.array([0.002, 0.042]), np.array([0.020, 0.020]))
+    assert by_data is not None and by_data.rank == 1 and "data loader" in by_data.reason
