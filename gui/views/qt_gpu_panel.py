@@ -93,6 +93,7 @@ class QtGpuPanel(QtWidgets.QWidget):
                    for h in snap.host_states]
             series = [(h.ts_s, h.cpu_pct) for h in snap.host_states]
             self.series_plot.getPlotItem().setLabel("left", "CPU", units="%")
+            self.bars_plot.getPlotItem().setLabel("bottom", "host")
         else:
             names = [f"{g.host}:{g.gpu_index}" + (f" (rank {g.rank})" if g.rank is not None else "") for g in snap.gpus]
             util = [float(g.util_pct[-1]) if g.util_pct.size else np.nan for g in snap.gpus]
@@ -100,6 +101,7 @@ class QtGpuPanel(QtWidgets.QWidget):
                    and np.isfinite(g.mem_total_bytes) and g.mem_total_bytes > 0 else np.nan for g in snap.gpus]
             series = [(g.ts_s, g.util_pct) for g in snap.gpus]
             self.series_plot.getPlotItem().setLabel("left", "utilization", units="%")
+            self.bars_plot.getPlotItem().setLabel("bottom", "GPU")
         self._render_bars(names, np.array(util, float), np.array(mem, float))
         self._render_series(series, snap.now_s)
 
