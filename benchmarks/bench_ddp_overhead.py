@@ -1,14 +1,29 @@
 """Overhead of Ringscope's DDP instrumentation: step time with the agent vs without, interleaved in one run.
 
-One torchrun run of 2 gloo ranks holds two identical DDP models of the reference trainer's MLP (digits data):
+One torchrun run of 2 gloo ranks measures two workloads of the reference trainer (``trainers.ddp_trainer``'s MLP
+and ``trainers.common`` data, batch 32 per rank), one after the other in the same processes:
 
-* baseline: plain DDP (its built-in C++ all-reduce), plain batch list;
-* instrumented: ``agent.torch_ddp.instrument`` (timing hook wrapping all-reduce, timed loader, ``step_done`` with
-  the loss) reporting every step through a real agent to a real ZeroMQ PULL socket bound by this process.
+* ``digits``: the trainer's default (digits data, width 64, depth 2): a ~1-3 ms step, the worst case for a fixed
+  per-step cost;
+* ``realistic``: ``--dataset synthetic --model-width 1024 --model-depth 4``: a ~30-60 ms CPU step, several buckets.
 
-They alternate in blocks of ``BLOCK_STEPS`` steps so machine load hits both alike. Reported: the median over
-rounds of (median instrumented step / median baseline step) with its interquartile range, and the median extra
-time per step. Target: <= 1.01.
+Each workload holds three identical DDP models (same seed):
+
+* ``baseline``: plain DDP (its built-in C++ all-reduce, no Python comm hook), plain batch list;
+* ``control``: a second plain DDP model, measured exactly like the baseline. control / baseline is an A/A ratio:
+  its spread is the noise floor of this machine at this moment, so an instrumented ratio inside it is not a
+  measured overhead;
+* ``instrumented``: ``agent.torch_ddp.instrument`` (timing all-reduce hook, timed loader, ``step_done`` with the
+  loss tensor) reporting every step through a real agent to a real ZeroMQ PULL socket bound by the parent.
+
+The three run in blocks of a few steps, the order rotating every round so that load and cache effects hit all
+alike. A step is timed from before its batch is taken to after ``step_done`` (baseline: after ``zero_grad``).
+Reported per workload: the median over rounds of (median instrumented step / median baseline step) with its
+interquartile range, the same for the A/A control, the baseline's median step, and the extra time per step (median
+over rounds of the paired difference, and the difference of the pooled 25th percentiles, which load spikes on a
+shared machine disturb least), and the extra process CPU time per step (all threads of the rank, so the comm
+callbacks and the agent's sender thread count; far less disturbed by other processes than wall time). Target:
+ratio <= 1.01.
 """
 
 from __future__ import annotations
@@ -24,16 +39,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROUNDS_QUICK, ROUNDS_FULL = 8, 30
-BLOCK_STEPS = 25
 ROOT = Path(__file__).resolve().parents[1]
+# name: (dataset, model width, model depth, batch per rank, (rounds quick, rounds full), steps per block)
+WORKLOADS: dict[str, tuple[str, int, int, int, tuple[int, int], int]] = {
+    "digits": ("digits", 64, 2, 32, (120, 400), 10),
+    "realistic": ("synthetic", 1024, 4, 32, (30, 100), 4),
+}
+VARIANTS = ("baseline", "control", "instrumented")
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Run the interleaved comparison under torchrun and return the benchmark rows."""
     import zmq
 
-    rounds = ROUNDS_QUICK if quick else ROUNDS_FULL
     context = zmq.Context()
     pull = context.socket(zmq.PULL)
     pull.setsockopt(zmq.LINGER, 0)
@@ -53,7 +71,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         env = dict(os.environ, RINGSCOPE_ENDPOINT=endpoint, RINGSCOPE_RUN_ID="bench-ddp", OMP_NUM_THREADS="1")
         out = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-             str(_free_port()), "-m", "benchmarks.bench_ddp_overhead", "--child", str(rounds)],
+             str(_free_port()), "-m", "benchmarks.bench_ddp_overhead", "--child", "quick" if quick else "full"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
         )
     finally:
@@ -63,23 +81,80 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         context.term()
     if out.returncode != 0:
         raise RuntimeError(f"DDP overhead child failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
-    ratios: list[float] = result["ratios"]
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
-    note = f"{rounds} rounds x {BLOCK_STEPS} steps each way, interleaved; 2 gloo ranks, digits MLP"
+    results: dict[str, dict[str, Any]] = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    rows: list[dict[str, Any]] = []
+    for name, result in results.items():
+        rows += summary_rows("ddp_overhead", name, result, "2 gloo ranks, vs DDP's built-in C++ all-reduce")
+    rows.append({"benchmark": "ddp_overhead", "metric": "messages_received", "value": float(received[0]),
+                 "unit": "msgs", "note": "telemetry really sent to a PULL socket (batched frames)"})
+    return rows
+
+
+def summary_rows(benchmark: str, workload: str, result: dict[str, Any], setup: str) -> list[dict[str, Any]]:
+    """Benchmark rows of one workload from ``summarize``'s dict (shared with ``bench_tf_overhead``)."""
+    ratio_q = result["ratio_quartiles"]
+    control_q = result["control_quartiles"]
+    note = (f"{result['rounds']} rounds x {result['block']} steps per variant, interleaved in one run; "
+            f"{result['workload']}; {setup}")
     return [
-        {"benchmark": "ddp_overhead", "metric": "step_ratio_median", "value": statistics.median(ratios),
-         "unit": "x", "note": f"target <= 1.01; IQR {q1:.4f}..{q3:.4f}; {note}"},
-        {"benchmark": "ddp_overhead", "metric": "baseline_step_median", "value": result["baseline_step_s"] * 1e3,
-         "unit": "ms", "note": "plain DDP, same process"},
-        {"benchmark": "ddp_overhead", "metric": "extra_per_step_median", "value": result["extra_step_s"] * 1e6,
-         "unit": "µs", "note": "instrumented minus baseline, median over rounds"},
-        {"benchmark": "ddp_overhead", "metric": "messages_received", "value": float(received[0]),
-         "unit": "msgs", "note": "telemetry really sent to a PULL socket"},
+        {"benchmark": benchmark, "metric": f"{workload}_step_ratio_median", "value": ratio_q[1], "unit": "x",
+         "note": f"target <= 1.01; IQR {ratio_q[0]:.4f}..{ratio_q[2]:.4f}; {note}"},
+        {"benchmark": benchmark, "metric": f"{workload}_control_ratio_median", "value": control_q[1], "unit": "x",
+         "note": f"A/A noise floor (baseline vs an identical baseline); IQR {control_q[0]:.4f}..{control_q[2]:.4f}"},
+        {"benchmark": benchmark, "metric": f"{workload}_baseline_step_median", "value": result["baseline_step_s"] * 1e3,
+         "unit": "ms", "note": "uninstrumented step, same run"},
+        {"benchmark": benchmark, "metric": f"{workload}_extra_per_step_median", "value": result["extra_s"] * 1e6,
+         "unit": "µs", "note": f"instrumented - baseline, median over rounds; IQR {result['extra_iqr_s'][0] * 1e6:.0f}"
+                               f"..{result['extra_iqr_s'][1] * 1e6:.0f} µs"},
+        {"benchmark": benchmark, "metric": f"{workload}_extra_per_step_p25", "value": result["extra_p25_s"] * 1e6,
+         "unit": "µs", "note": "difference of the pooled 25th percentiles (least disturbed by load spikes); "
+                               f"control: {result['control_p25_s'] * 1e6:.0f} µs"},
+        {"benchmark": benchmark, "metric": f"{workload}_extra_cpu_per_step_median",
+         "value": result["extra_cpu_s"] * 1e6, "unit": "µs",
+         "note": "process CPU time (all threads: comm, callbacks, sender) instrumented - baseline per step, "
+                 f"median over rounds; control: {result['control_cpu_s'] * 1e6:.0f} µs"},
     ]
 
 
-def _child(rounds: int) -> None:
+def summarize(times: dict[str, list[list[float]]], cpu: dict[str, list[float]], workload: str, block: int
+              ) -> dict[str, Any]:
+    """Per-round step times (and process CPU seconds per step, all threads) of the three variants -> the figures
+    ``summary_rows`` reports."""
+    rounds = len(times["baseline"])
+    base = [statistics.median(r) for r in times["baseline"]]
+    control = [statistics.median(r) for r in times["control"]]
+    inst = [statistics.median(r) for r in times["instrumented"]]
+    extras = [i - b for i, b in zip(inst, base, strict=True)]
+
+    def p25(variant: str) -> float:
+        return statistics.quantiles([t for r in times[variant] for t in r], n=4)[0]
+
+    e_q = statistics.quantiles(extras, n=4)
+    return {
+        "workload": workload, "rounds": rounds, "block": block,
+        "ratio_quartiles": statistics.quantiles([i / b for i, b in zip(inst, base, strict=True)], n=4),
+        "control_quartiles": statistics.quantiles([c / b for c, b in zip(control, base, strict=True)], n=4),
+        "baseline_step_s": statistics.median(base),
+        "extra_s": statistics.median(extras), "extra_iqr_s": [e_q[0], e_q[2]],
+        "extra_p25_s": p25("instrumented") - p25("baseline"), "control_p25_s": p25("control") - p25("baseline"),
+        "extra_cpu_s": statistics.median(i - b for i, b in zip(cpu["instrumented"], cpu["baseline"], strict=True)),
+        "control_cpu_s": statistics.median(c - b for c, b in zip(cpu["control"], cpu["baseline"], strict=True)),
+    }
+
+
+def _child(quick: bool) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    results = {name: _measure(name, spec, quick) for name, spec in WORKLOADS.items()}
+    if dist.get_rank() == 0:
+        print(json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def _measure(name: str, spec: tuple[str, int, int, int, tuple[int, int], int], quick: bool) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -89,53 +164,52 @@ def _child(rounds: int) -> None:
     from trainers import common
     from trainers.ddp_trainer import build_model
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dataset, width, depth, batch, rounds_by_mode, block = spec
+    rounds = rounds_by_mode[0 if quick else 1]
     rank, world = dist.get_rank(), dist.get_world_size()
-    data = common.load_dataset("digits")
+    data = common.load_dataset(dataset, model_width=width)
     order = common.shard_indices(len(data.x_train), rank, world, epoch=0, seed=0)
-    batches = [(torch.from_numpy(data.x_train[order[i : i + 32]]), torch.from_numpy(data.y_train[order[i : i + 32]]))
-               for i in range(0, 32 * BLOCK_STEPS, 32)]
-    models = []
-    for _ in range(2):
+    x_train, y_train = data.x_train, data.y_train
+    batches = [(torch.from_numpy(x_train[order[i : i + batch]]), torch.from_numpy(y_train[order[i : i + batch]]))
+               for i in range(0, batch * block, batch)]
+    models = {}
+    for variant in VARIANTS:
         torch.manual_seed(0)
-        models.append(DistributedDataParallel(build_model(data.num_features, data.num_classes, 64, 2)))
-    baseline, instrumented = models
-    probe = instrument(instrumented, batches)
+        models[variant] = DistributedDataParallel(build_model(data.num_features, data.num_classes, width, depth))
+    probe = instrument(models["instrumented"], batches)
+    optimizers = {v: torch.optim.SGD(m.parameters(), lr=0.01) for v, m in models.items()}
     loss_fn = nn.CrossEntropyLoss()
 
-    def block(ddp: Any, source: Any, with_probe: bool) -> float:
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    def run_block(variant: str) -> list[float]:
+        cpu_started = time.process_time()
+        ddp, optimizer = models[variant], optimizers[variant]
+        with_probe = variant == "instrumented"
+        iterator = iter(probe.loader if with_probe else batches)  # type: ignore[arg-type]
         times = []
-        last = time.perf_counter()
-        for x, y in source:
+        for _ in range(block):
+            started = time.perf_counter()
+            x, y = next(iterator)
             loss = loss_fn(ddp(x), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if with_probe:
                 probe.step_done(samples=len(x), loss=loss)
-            now = time.perf_counter()
-            times.append(now - last)
-            last = now
-        return statistics.median(times[1:])
+            times.append(time.perf_counter() - started)
+        cpu[variant].append((time.process_time() - cpu_started) / block)
+        return times
 
-    block(baseline, batches, False)  # warm-up both
-    block(instrumented, probe.loader, True)
-    ratios, extras, bases = [], [], []
+    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for variant in VARIANTS:  # warm-up: first-iteration bucket rebuild, allocator, caches
+        run_block(variant)
+    cpu = {v: [] for v in VARIANTS}
+    times: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
     for index in range(rounds):
-        order_pair = [(baseline, batches, False), (instrumented, probe.loader, True)]
-        if index % 2:
-            order_pair.reverse()  # neither always runs first
-        medians = {with_probe: block(ddp, src, with_probe) for ddp, src, with_probe in order_pair}
-        ratios.append(medians[True] / medians[False])
-        extras.append(medians[True] - medians[False])
-        bases.append(medians[False])
+        shift = index % len(VARIANTS)  # rotate the order: no variant always follows the same one
+        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            times[variant].append(run_block(variant))
     probe.close()
-    if rank == 0:
-        print(json.dumps({"ratios": ratios, "extra_step_s": statistics.median(extras),
-                          "baseline_step_s": statistics.median(bases)}), flush=True)
-    dist.destroy_process_group()
+    return summarize(times, cpu, f"{dataset} width {width} depth {depth} batch {batch}/rank", block)
 
 
 def _free_port() -> int:
@@ -146,7 +220,7 @@ def _free_port() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _child(int(sys.argv[2]))
+        _child(sys.argv[2] == "quick")
     else:
         for row in run(quick="--quick" in sys.argv):
             print(row)

@@ -1,129 +1,166 @@
 """Overhead of Ringscope's TensorFlow custom-loop instrumentation: step time with the agent vs without.
 
-Both loops run in one child process (MirroredStrategy, 2 logical CPU devices, the reference MLP), interleaved in
-blocks so that machine load hits both alike:
+One child process (MirroredStrategy, 2 logical CPU devices; TF's logical devices must be set before any op runs,
+hence the subprocess) measures two workloads of the reference trainer (``trainers.tf_trainer.build_model``'s MLP
+and ``trainers.common`` data, batch 32 per replica), one after the other:
 
-* baseline: a plain custom loop, ``optimizer.apply_gradients`` inside ``strategy.run`` (Keras all-reduces), the
-  loss fetched to the host every step as a training loop that logs would;
-* instrumented: ``TimedStepRunner`` (timestamps, one explicit all-reduce, per-replica results fetched) reporting
-  every step through a real agent to a real ZeroMQ PULL socket.
+* ``digits``: the trainer's default (digits data, width 64, depth 2): a ~2-3 ms step, the worst case for a fixed
+  per-step cost;
+* ``realistic``: ``--dataset synthetic --model-width 1024 --model-depth 4``: a tens-of-ms CPU step.
 
-Reported: the median over rounds of (median instrumented step / median baseline step), with its min and max.
-Target: <= 1.01. The child is a subprocess because TF's logical devices must be set before any op runs.
+Each workload holds three identically built models and loops:
+
+* ``baseline``: a plain custom loop as TensorFlow's tutorial writes it: ``optimizer.apply_gradients`` inside
+  ``strategy.run`` (Keras all-reduces), the loss summed with ``strategy.reduce`` and fetched every step;
+* ``control``: a second, identical baseline loop. control / baseline is an A/A ratio: its spread is the noise
+  floor of this machine at this moment;
+* ``instrumented``: ``TimedStepRunner`` (timestamps, one explicit all-reduce, per-replica results fetched, timed
+  ``next()``) reporting every step through a real agent to a real ZeroMQ PULL socket.
+
+They run in blocks of a few steps, the order rotating every round. A step is timed from before ``next()`` to after
+its results are on the host. Reported per workload (same figures as ``bench_ddp_overhead``): median over rounds of
+the instrumented / baseline ratio with its IQR, the A/A control, the baseline step, the extra time per step, and
+the extra process CPU time per step (TF's thread pools included).
+Target: ratio <= 1.01.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-ROUNDS_QUICK, ROUNDS_FULL = 6, 20
-BLOCK_STEPS = 20
+from benchmarks.bench_ddp_overhead import VARIANTS, WORKLOADS, summarize, summary_rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Run the comparison in a child process and return the benchmark rows."""
-    rounds = ROUNDS_QUICK if quick else ROUNDS_FULL
-    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_tf_overhead", "--child", str(rounds)],
-                         capture_output=True, text=True, timeout=900, check=False)
+    mode = "quick" if quick else "full"
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_tf_overhead", "--child", mode],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"TF overhead child failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    ratios: list[float] = json.loads(out.stdout.strip().splitlines()[-1])["ratios"]
-    base: float = json.loads(out.stdout.strip().splitlines()[-1])["baseline_step_s"]
-    note = f"{rounds} rounds x {BLOCK_STEPS} steps each way, interleaved; MirroredStrategy 2 CPU replicas"
-    return [
-        {"benchmark": "tf_overhead", "metric": "step_ratio_median", "value": statistics.median(ratios),
-         "unit": "x", "note": f"target <= 1.01; {note}"},
-        {"benchmark": "tf_overhead", "metric": "step_ratio_min", "value": min(ratios), "unit": "x", "note": note},
-        {"benchmark": "tf_overhead", "metric": "step_ratio_max", "value": max(ratios), "unit": "x", "note": note},
-        {"benchmark": "tf_overhead", "metric": "baseline_step", "value": base * 1e3, "unit": "ms", "note": note},
-    ]
+    payload = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    rows: list[dict[str, Any]] = []
+    for name, result in payload["workloads"].items():
+        rows += summary_rows("tf_overhead", name, result, "MirroredStrategy 2 CPU replicas, vs a plain custom loop")
+    rows.append({"benchmark": "tf_overhead", "metric": "messages_received", "value": float(payload["received"]),
+                 "unit": "msgs", "note": "telemetry really sent to a PULL socket (batched frames)"})
+    return rows
 
 
-def _child(rounds: int) -> None:
-    import keras
-    import numpy as np
+def _child(quick: bool) -> None:
     import tensorflow as tf
     import zmq
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
-    from agent.tf_distribute import TimedStepRunner, start_agent
-
     context = zmq.Context()
     sink = context.socket(zmq.PULL)
     sink.setsockopt(zmq.LINGER, 0)
     endpoint = f"tcp://127.0.0.1:{sink.bind_to_random_port('tcp://127.0.0.1')}"
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((4096, 64), dtype=np.float32)
-    y = rng.integers(0, 10, 4096)
-    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64, drop_remainder=True)
+    received = [0]
+
+    def drain() -> None:
+        while sink.poll(0):
+            sink.recv()
+            received[0] += 1
+
+    results = {name: _measure(strategy, spec, quick, endpoint, drain) for name, spec in WORKLOADS.items()}
+    time.sleep(0.5)
+    drain()
+    sink.close(linger=0)
+    context.term()
+    print(json.dumps({"workloads": results, "received": received[0]}), flush=True)
+
+
+def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int], quick: bool, endpoint: str,
+             drain: Any) -> dict[str, Any]:
+    import keras
+    import tensorflow as tf
+
+    from agent.tf_distribute import TimedStepRunner, start_agent
+    from trainers import common
+    from trainers.tf_trainer import build_model
+
+    dataset, width, depth, batch, rounds_by_mode, block = spec
+    # TF start-up and tracing take ~20 s of the quick budget: a third of the rounds DDP runs.
+    rounds = rounds_by_mode[0] // 3 if quick else rounds_by_mode[1]
+    global_batch = batch * strategy.num_replicas_in_sync
+    data = common.load_dataset(dataset, model_width=width)
+    model_args = argparse.Namespace(slow_rank=None, model_width=width, model_depth=depth)
+    pipeline = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).repeat().batch(
+        global_batch, drop_remainder=True)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
     def make() -> tuple[Any, Any]:
+        keras.utils.set_random_seed(0)
         with strategy.scope():
-            model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                                      keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+            model = build_model(model_args, data.num_features, data.num_classes)
             optimizer = keras.optimizers.SGD(0.05)
             optimizer.build(model.trainable_variables)
         return model, optimizer
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-    base_model, base_opt = make()
+    def plain_loop() -> Any:
+        model, optimizer = make()
+        iterator = iter(strategy.experimental_distribute_dataset(pipeline))
 
-    def base_replica(xb: Any, yb: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(loss_fn(yb, base_model(xb, training=True)), global_batch_size=64)
-        base_opt.apply_gradients(zip(tape.gradient(loss, base_model.trainable_variables),
-                                     base_model.trainable_variables, strict=True))
-        return loss
+        def replica(xb: Any, yb: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
 
-    @tf.function
-    def base_step(batch: Any) -> Any:
-        return strategy.reduce("SUM", strategy.run(base_replica, args=batch), axis=None)
+        @tf.function
+        def train_step(batch_: Any) -> Any:
+            return strategy.reduce("SUM", strategy.run(replica, args=batch_), axis=None)
+
+        def step() -> None:
+            train_step(next(iterator)).numpy()
+
+        return step
 
     model, optimizer = make()
     telemetry = start_agent(strategy, endpoint=endpoint, run_id="bench-tf", sample_devices=False)
-    runner = TimedStepRunner(strategy, model, optimizer, loss_fn, global_batch_size=64, telemetry=telemetry)
-    base_iter = iter(strategy.experimental_distribute_dataset(data))
-    inst_iter = iter(strategy.experimental_distribute_dataset(data))
+    runner = TimedStepRunner(strategy, model, optimizer, loss_fn, global_batch_size=global_batch, telemetry=telemetry)
+    inst_iterator = iter(strategy.experimental_distribute_dataset(pipeline))
+    steps = {"baseline": plain_loop(), "control": plain_loop(), "instrumented": lambda: runner.run_step(inst_iterator)}
 
-    def base_block() -> float:
-        times = []
-        for _ in range(BLOCK_STEPS):
+    def run_block(variant: str) -> list[float]:
+        cpu_started = time.process_time()
+        step, times = steps[variant], []
+        for _ in range(block):
             started = time.perf_counter()
-            base_step(next(base_iter)).numpy()
+            step()
             times.append(time.perf_counter() - started)
-        return statistics.median(times)
+        cpu[variant].append((time.process_time() - cpu_started) / block)
+        return times
 
-    def inst_block() -> float:
-        return statistics.median(runner.run_step(inst_iter).step_s for _ in range(BLOCK_STEPS))
-
-    base_block(), inst_block()  # trace both and warm up
-    ratios, bases = [], []
+    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for variant in VARIANTS:  # trace the functions and warm up
+        run_block(variant)
+    cpu = {v: [] for v in VARIANTS}
+    times: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
     for index in range(rounds):
-        # Alternate which goes first so that a trend in machine load does not favour one side.
-        if index % 2:
-            base, inst = base_block(), inst_block()
-        else:
-            inst, base = inst_block(), base_block()
-        ratios.append(inst / base)
-        bases.append(base)
-        while sink.poll(0):
-            sink.recv()
+        shift = index % len(VARIANTS)  # rotate the order: no variant always follows the same one
+        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            times[variant].append(run_block(variant))
+        drain()
     telemetry.close()
-    sink.close(linger=0)
-    context.term()
-    print(json.dumps({"ratios": ratios, "baseline_step_s": statistics.median(bases)}))
+    return summarize(times, cpu, f"{dataset} width {width} depth {depth} batch {batch}/replica", block)
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        _child(int(sys.argv[2]))
+        _child(sys.argv[2] == "quick")
     else:
         for row in run(quick="--quick" in sys.argv):
             print(row)
