@@ -29,6 +29,8 @@ from agent.schema import Health, Hello, Record
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT: Final[str] = "tcp://127.0.0.1:5757"
+CLOSE_FLUSH_S: Final[float] = 0.5
+"""How long ``close`` waits for a collector to connect and take the last records before counting them dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,10 @@ class Publisher:
         socket = context.socket(zmq.PUSH)
         socket.setsockopt(zmq.SNDHWM, self._send_hwm)
         socket.setsockopt(zmq.LINGER, 0)
+        # Queue messages only on a completed connection: while no collector listens the socket is not writable,
+        # records wait in our bounded deque (a collector started later still gets them) and nothing piles up
+        # inside ZeroMQ that close() would have to wait for.
+        socket.setsockopt(zmq.IMMEDIATE, 1)
         try:
             socket.connect(self.endpoint)
         except zmq.ZMQError as exc:
@@ -169,14 +175,28 @@ class Publisher:
                     next_health = now + self._health_interval_s
                 self._drain(socket)
                 if stopping:
+                    self._flush_before_close(socket)
                     break
         except Exception:  # the sender must never take the training down; log and go quiet
             log.exception("ringscope: telemetry sender failed; telemetry is disabled for this process")
         finally:
-            # Give ZeroMQ a bounded moment to put the last messages on the wire, then let go.
-            socket.setsockopt(zmq.LINGER, 1000)
+            # Give ZeroMQ a bounded moment to deliver the last messages, but only when a collector is there to take
+            # them: lingering towards nobody would keep this thread inside libzmq while the interpreter exits, and a
+            # daemon thread killed inside C++ code aborts the whole process ("terminate called without an active
+            # exception") — the training's exit code must never depend on telemetry.
+            connected = bool(socket.poll(0, zmq.POLLOUT))
+            socket.setsockopt(zmq.LINGER, 1000 if connected else 0)
             socket.close()
             context.term()
+
+    def _flush_before_close(self, socket: zmq.Socket) -> None:
+        """At close, give a collector that is (re)connecting a bounded moment to take what is still queued."""
+        deadline = time.monotonic() + CLOSE_FLUSH_S
+        while self._queue and time.monotonic() < deadline:
+            if socket.poll(20, zmq.POLLOUT):
+                self._drain(socket)
+        self._dropped += len(self._queue)  # nobody took them: counted, never silently lost
+        self._queue.clear()
 
     def _drain(self, socket: zmq.Socket) -> None:
         queue = self._queue

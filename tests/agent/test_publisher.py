@@ -71,3 +71,44 @@ def test_health_reports_drops() -> None:
     health = publisher._health()  # the record the sender thread appends every second
     assert isinstance(health, Health)
     assert health.dropped_records == 3 and health.queue_len == 5 and health.queue_capacity == 5
+
+
+def test_records_made_before_the_collector_started_still_arrive_without_gaps() -> None:
+    # A training often starts before the window: what it queued meanwhile must not be lost (up to the queue's size).
+    port = _free_port()
+    publisher = Publisher(f"tcp://127.0.0.1:{port}", "early-agent", flush_interval_s=0.01).start()
+    context = zmq.Context()
+    pull = context.socket(zmq.PULL)
+    pull.setsockopt(zmq.LINGER, 0)
+    try:
+        for i in range(300):
+            publisher.put(Step(0, i, 1.0, 2.0, 1.0))
+        time.sleep(0.3)  # nobody listens yet: the records wait in the publisher's bounded queue
+        assert publisher.stats.sent_records == 0
+        pull.bind(f"tcp://127.0.0.1:{port}")
+        steps: list[int] = []
+        seqs: list[int] = []
+        deadline = time.monotonic() + 10
+        while len(steps) < 300 and time.monotonic() < deadline:
+            if pull.poll(100):
+                batch = wire.decode(pull.recv())
+                seqs.append(batch.seq)
+                steps.extend(r.step for r in batch.records if isinstance(r, Step))
+    finally:
+        publisher.close()
+        pull.close(0)
+        context.term()
+    assert steps == list(range(300))
+    assert seqs == list(range(len(seqs))), "a message was lost while the collector was absent"
+    assert publisher.stats.dropped_records == 0
+
+
+def test_close_without_a_collector_returns_quickly_and_counts_what_was_not_sent() -> None:
+    publisher = Publisher(f"tcp://127.0.0.1:{_free_port()}", "lonely-agent", flush_interval_s=0.01).start()
+    for i in range(100):
+        publisher.put(Step(0, i, 1.0, 2.0, 1.0))
+    started = time.monotonic()
+    publisher.close(timeout_s=5.0)
+    took = time.monotonic() - started
+    assert took < 2.0, f"close took {took:.2f} s with nobody listening"
+    assert publisher.stats.dropped_records >= 100  # the steps (and any hello/health) are counted, not lost silently
