@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -126,12 +127,29 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
                                                           "free port, or close the other Ringscope window.")
         return 2
     parts.window.show()
+    _quit_on_signals(app)
     if demo is not None:
         QtCore.QTimer.singleShot(0, lambda: _start_demo(parts, demo))
     try:
         return int(app.exec())
     finally:
         parts.close()
+
+
+def _quit_on_signals(app: QtWidgets.QApplication) -> None:
+    """Ctrl-C in the terminal or SIGTERM (e.g. a session manager) closes the window cleanly: the recorder flushes.
+
+    Python runs signal handlers only between bytecodes, and Qt's event loop is C++: a cheap timer lets it in.
+    """
+    def quit_app(signum: int, _frame: object) -> None:
+        log.info("received signal %d: closing the window and flushing the recording", signum)
+        app.quit()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, quit_app)
+    heartbeat = QtCore.QTimer(app)
+    heartbeat.timeout.connect(lambda: None)
+    heartbeat.start(200)
 
 
 def _session_source(store: LiveStore, recorder: Recorder | None) -> Callable[[], SessionData]:

@@ -45,3 +45,39 @@ def test_window_command_opens_records_and_exits(tmp_path) -> None:  # type: igno
     assert "windows 1" in done.stdout
     sessions = list((tmp_path / "data" / "ringscope" / "sessions").glob("*.db"))
     assert len(sessions) == 1 and sessions[0].stat().st_size > 0
+
+
+def test_sigterm_closes_the_window_cleanly_and_the_recording_is_complete(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import signal
+    import time
+
+    from gui.core.session import load
+
+    session = tmp_path / "s.db"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.Popen([sys.executable, "-m", "gui.cli", "window", "--bind", "tcp://127.0.0.1:0", "--record",
+                             str(session), "--simulate", "2"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        steps = 0
+        while time.monotonic() < deadline and steps < 20:
+            time.sleep(0.5)
+            try:
+                steps = len(load(session).steps["step"])
+            except Exception:  # not created / no table yet
+                steps = 0
+        assert steps >= 20, "no telemetry reached the recording"
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output[-2000:]
+    info = subprocess.run([sys.executable, "-m", "gui.cli", "info", str(session)], capture_output=True, text=True,
+                          timeout=60)
+    summary = json.loads(info.stdout)
+    assert summary["complete"] is True, summary
+    assert summary["steps_total"] >= steps
