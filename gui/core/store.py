@@ -4,6 +4,10 @@ What it owns: per-rank recent steps, per-rank time-bucketed phase sums (ranks x 
 columns), per-GPU and per-host series, the ranks-table state (running / lost / finished, last seen, drops, gaps),
 ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in ``gui.core.analysis``).
 
+The ``Snapshot`` type and the heuristics that build it from the store's copy live in ``gui.core.snapshot`` (re-exported
+here). Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host
+series that received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
+
 What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
 (``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
 The GUI never reads the buffers directly: it calls ``snapshot()`` on its timer and gets an immutable ``Snapshot``.
@@ -22,131 +26,33 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
+from agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from agent.wire import Batch
-from gui.core import phases
 from gui.core.ingest import Gap, Rejection
 from gui.core.session_data import Columns, SessionData, empty_columns
+from gui.core.snapshot import (
+    PHASES,
+    STATE_FINISHED,
+    STATE_LOST,
+    STATE_RUNNING,
+    GpuSeries,
+    HostState,
+    Snapshot,
+    Straggler,
+    build_snapshot,
+    find_straggler,
+    readonly,
+)
+
+__all__ = ["PHASES", "STATE_FINISHED", "STATE_LOST", "STATE_RUNNING", "GpuSeries", "HostState", "LiveStore",
+           "Snapshot", "Straggler", "find_straggler"]
 
 log = logging.getLogger(__name__)
-
-PHASES: Final[tuple[str, ...]] = tuple(phase.name for phase in phases.PHASES)
-"""The step phases every chart stacks, in this order (other = step - data wait - compute - exposed comm)."""
-
-STATE_RUNNING: Final = "running"
-STATE_LOST: Final = "lost"
-STATE_FINISHED: Final = "finished"
 
 _RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_exposed_s", "samples", "loss")
 _HEAT: Final = ("step_s", "data_wait_s", "compute_s", "comm_exposed_s")
 _BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
                        "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array.setflags(write=False)
-    return array
-
-
-@dataclass(frozen=True, slots=True)
-class Straggler:
-    """The rank the others wait for, and why the heuristic thinks so (one sentence for the overview)."""
-
-    rank: int
-    others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSeries:
-    """Recent readings of one GPU (oldest first). ``util_pct`` / ``mem_used_bytes`` NaN where not supported."""
-
-    host: str
-    gpu_index: int
-    name: str | None
-    rank: int | None
-    ts_s: np.ndarray
-    util_pct: np.ndarray
-    mem_used_bytes: np.ndarray
-    mem_total_bytes: float  # NaN when unknown
-
-
-@dataclass(frozen=True, slots=True)
-class HostState:
-    """The latest reading of one host, with its CPU series (oldest first) for the no-GPU fallback chart."""
-
-    host: str
-    gpu_status: str
-    gpu_status_detail: str | None
-    gpu_count: int
-    ts_s: np.ndarray
-    cpu_pct: np.ndarray
-    mem_used_bytes: float
-    mem_total_bytes: float
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """An immutable view of the store for one GUI frame. All per-rank arrays are in ``ranks`` order (sorted).
-
-    Heat matrices are ranks x buckets (oldest bucket first); ``bucket_start_s`` is NaN for buckets not yet used.
-    Per-rank ``recent_*`` figures are means over the last ``recent_window`` steps (first-batch steps excluded).
-    """
-
-    version: int
-    now_s: float
-    ranks: np.ndarray
-    hosts: tuple[str, ...]
-    state: tuple[str, ...]
-    last_seen_s: np.ndarray
-    current_step: np.ndarray
-    recent_step_s: np.ndarray
-    recent_data_wait_s: np.ndarray
-    recent_compute_s: np.ndarray
-    recent_comm_exposed_s: np.ndarray
-    drops: np.ndarray
-    gaps: np.ndarray
-    bucket_s: float
-    bucket_start_s: np.ndarray
-    heat_step_s: np.ndarray
-    heat_data_wait_share: np.ndarray
-    heat_comm_exposed_share: np.ndarray
-    heat_compute_share: np.ndarray
-    cluster_phase_s: dict[str, np.ndarray]  # per bucket, mean over ranks, seconds; keys PHASES + "step"
-    gpus: tuple[GpuSeries, ...]
-    host_states: tuple[HostState, ...]
-    framework: str
-    strategy: str
-    world_size: int
-    started_s: float
-    steps_per_s: float
-    samples_per_s: float  # NaN when the agents do not report samples
-    messages_per_s: float
-    idle_share: float  # NaN until steps with compute times arrived
-    idle_cause: str  # one of PHASES other than compute, or "" when unknown
-    idle_cause_share: float
-    straggler: Straggler | None
-    counters: dict[str, Any]
-    steps_total: int
-    latest_end_s: float
-
-    @property
-    def no_gpu(self) -> bool:
-        """True when hosts have reported and none has a GPU (the window then shows CPU instead)."""
-        return bool(self.host_states) and not self.gpus and all(
-            h.gpu_status != GpuStatus.OK or h.gpu_count == 0 for h in self.host_states)
-
-    @property
-    def elapsed_s(self) -> float:
-        """Seconds since the earliest agent started (NaN before any agent said hello)."""
-        return self.now_s - self.started_s if math.isfinite(self.started_s) else math.nan
-
-    def straggler_row(self) -> int | None:
-        """Index of the straggler in ``ranks`` (None when there is none)."""
-        if self.straggler is None:
-            return None
-        hits = np.flatnonzero(self.ranks == self.straggler.rank)
-        return int(hits[0]) if hits.size else None
 
 
 @dataclass(slots=True)
@@ -169,9 +75,12 @@ class _Ring:
         self.count += 1
 
     def ordered(self, name: str) -> np.ndarray:
-        n = min(self.count, self.size)
-        idx = (np.arange(self.count - n, self.count)) % self.size
-        return self.data[name][idx]
+        """A copy of the column, oldest first (slices, not an index array: ~1 000 calls a second)."""
+        column = self.data[name]
+        if self.count <= self.size:
+            return column[:self.count].copy()
+        split = self.count % self.size
+        return np.concatenate((column[split:], column[:split]))
 
 
 class LiveStore:
@@ -218,6 +127,16 @@ class LiveStore:
         self._dirty_cols: set[int] = set()
         self._gpu_version = 0
         self._gpu_cache: tuple[int, tuple[GpuSeries, ...], tuple[HostState, ...]] | None = None
+        # Copy-on-change for device series: with 1024 GPUs sampled at 2 Hz only ~70 change between two frames, so
+        # only those are rebuilt; the sorted order is recomputed only when a GPU or host appears.
+        self._gpu_series: dict[tuple[str, int], GpuSeries] = {}
+        self._host_series: dict[str, HostState] = {}
+        self._gpu_dirty: set[tuple[str, int]] = set()
+        self._host_dirty: set[str] = set()
+        self._gpu_order: list[tuple[str, int]] | None = None
+        self._host_order: list[str] | None = None
+        self._hosts_version = 0
+        self._hosts_cache: tuple[tuple[int, int], tuple[str, ...]] | None = None
         self._loss_version = 0
         self._loss_cache: tuple[int, np.ndarray, np.ndarray] | None = None
         self._col_abs = np.full(buckets, -1, np.int64)  # which absolute bucket each column holds
@@ -296,7 +215,7 @@ class LiveStore:
             raw = self._copy_locked()
             if now_s is None:
                 now = time.time()  # after the copy: no message in it can be "newer than now"
-        snap = _build_snapshot(raw, now, self)
+        snap = build_snapshot(raw, now, self.bucket_s, self.lost_timeout_s)
         self._cache = snap
         return snap
 
@@ -360,6 +279,7 @@ class LiveStore:
             self._rank_agents.setdefault(rank, set()).add(hello.agent_id)
             self._loss_version += 1
             self._rank_hosts[row] = hello.host
+            self._hosts_version += 1
             if not known:
                 self._rank["finished"][row] = 0.0  # a new agent for this rank: a restart, running again
 
@@ -423,12 +343,18 @@ class LiveStore:
         entry = self._gpus.get(key)
         ring = entry[0] if entry else _Ring(("ts_s", "util_pct", "mem_used_bytes"), self._series_len)
         ring.append({"ts_s": g.ts_s, "util_pct": g.util_pct, "mem_used_bytes": g.mem_used_bytes})
+        if entry is None:
+            self._gpu_order = None
         self._gpus[key] = (ring, g)
+        self._gpu_dirty.add(key)
 
     def _take_host(self, h: HostSample) -> None:
         self._gpu_version += 1
         entry = self._hosts.get(h.host)
         ring = entry[0] if entry else _Ring(("ts_s", "cpu_pct", "mem_used_bytes"), self._series_len)
+        if entry is None:
+            self._host_order = None
+        self._host_dirty.add(h.host)
         if ring.count and h.ts_s - ring.ordered("ts_s")[-1] < 0.2:
             self._hosts[h.host] = (ring, h)  # many agents on one host: keep one reading per ~0.2 s
             return
@@ -489,19 +415,24 @@ class LiveStore:
         order = np.argsort(self._rank_arr[:n], kind="stable")
         rows: Any = slice(0, n) if np.array_equal(order, np.arange(n)) else order  # arrival order is usually sorted
         count = self._rank["count"][rows].astype(np.int64)
-        idx = (count[:, None] - 1 - np.arange(self._K)[None, :]) % self._R
-        valid = np.arange(self._K)[None, :] < count[:, None]
-        recent = {name: np.take_along_axis(self._recent[name][rows], idx, 1)
+        back = np.arange(self._K)[None, :]
+        # one flat gather per field (row-major buffers): the same index serves all five, no per-rank loop
+        row_ids = np.arange(n) if isinstance(rows, slice) else rows
+        flat = (row_ids[:, None] * self._R + (count[:, None] - 1 - back) % self._R).ravel()
+        valid = back < count[:, None]
+        recent = {name: self._recent[name].reshape(-1).take(flat).reshape(n, self._K)
                   for name in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s", "first_batch")}
         cols = (np.arange(self._T) + self._head_abs + 1) % self._T  # oldest bucket first
-        ranks = self._rank_arr[rows]
+        split = (self._head_abs + 1) % self._T
+        ranks = self._rank_arr[rows].copy()
         gpus, hosts = self._devices_locked()
         drops, gaps = self._losses_locked(ranks)
         return {
-            "version": self._version, "ranks": ranks, "hosts": tuple(self._rank_hosts[i] for i in order),
-            "last_seen_s": self._rank["last_seen_s"][rows], "finished": self._rank["finished"][rows],
-            "current_step": self._rank["current_step"][rows], "recent": recent, "valid": valid,
-            "heat": {name: a[rows][:, cols] for name, a in self._heat.items()},
+            "version": self._version, "ranks": ranks, "hosts": self._hosts_tuple_locked(order),
+            # rows may be a slice: copy, or the frame's arrays would keep changing under the views
+            "last_seen_s": self._rank["last_seen_s"][rows].copy(), "finished": self._rank["finished"][rows].copy(),
+            "current_step": self._rank["current_step"][rows].copy(), "recent": recent, "valid": valid,
+            "heat": {name: _oldest_first(a[rows], split) for name, a in self._heat.items()},
             "cluster": {name: a[cols] for name, a in self._cluster.items()},
             "bucket_abs": self._col_abs[cols].copy(), "bucket_samples": self._bucket_samples[cols].copy(),
             "bucket_steps": self._bucket_steps[cols].copy(), "drops": drops, "gaps": gaps,
@@ -511,6 +442,12 @@ class LiveStore:
                              agents=len(self._agents)),
             "steps_total": self._steps_total, "latest_end_s": self._latest_end_s,
         }
+
+    def _hosts_tuple_locked(self, order: np.ndarray) -> tuple[str, ...]:
+        key = (self._hosts_version, self._rows)  # hosts change with hellos; the order only with new rows
+        if self._hosts_cache is None or self._hosts_cache[0] != key:
+            self._hosts_cache = (key, tuple(self._rank_hosts[i] for i in order.tolist()))
+        return self._hosts_cache[1]
 
     def _refresh_heat_locked(self) -> None:
         if not self._dirty_cols:
@@ -533,18 +470,29 @@ class LiveStore:
                                                 - cluster["compute"][cols] - cluster["comm_exposed"][cols], 0.0)
 
     def _devices_locked(self) -> tuple[tuple[GpuSeries, ...], tuple[HostState, ...]]:
-        # GPU and host samples arrive at a few Hz: rebuild their series only when one arrived
+        # GPU and host samples arrive at a few Hz each: rebuild the series of those that got one (copy-on-change)
         if self._gpu_cache is not None and self._gpu_cache[0] == self._gpu_version:
             return self._gpu_cache[1], self._gpu_cache[2]
-        gpus = tuple(GpuSeries(s.host, s.gpu_index, s.name, s.rank, ring.ordered("ts_s"), ring.ordered("util_pct"),
-                               ring.ordered("mem_used_bytes"),
-                               math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes))
-                     for (ring, s) in sorted(self._gpus.values(), key=lambda e: (e[1].host, e[1].gpu_index)))
-        hosts = tuple(HostState(h.host, h.gpu_status, h.gpu_status_detail, h.gpu_count, ring.ordered("ts_s"),
-                                ring.ordered("cpu_pct"),
-                                math.nan if h.mem_used_bytes is None else float(h.mem_used_bytes),
-                                math.nan if h.mem_total_bytes is None else float(h.mem_total_bytes))
-                      for ring, h in sorted(self._hosts.values(), key=lambda e: e[1].host))
+        for key in self._gpu_dirty:
+            ring, s = self._gpus[key]
+            self._gpu_series[key] = GpuSeries(
+                s.host, s.gpu_index, s.name, s.rank, readonly(ring.ordered("ts_s")), readonly(ring.ordered("util_pct")),
+                readonly(ring.ordered("mem_used_bytes")),
+                math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes))
+        self._gpu_dirty.clear()
+        for name in self._host_dirty:
+            ring, h = self._hosts[name]
+            self._host_series[name] = HostState(
+                h.host, h.gpu_status, h.gpu_status_detail, h.gpu_count, readonly(ring.ordered("ts_s")),
+                readonly(ring.ordered("cpu_pct")), math.nan if h.mem_used_bytes is None else float(h.mem_used_bytes),
+                math.nan if h.mem_total_bytes is None else float(h.mem_total_bytes))
+        self._host_dirty.clear()
+        if self._gpu_order is None:
+            self._gpu_order = sorted(self._gpus)  # (host, gpu_index)
+        if self._host_order is None:
+            self._host_order = sorted(self._hosts)
+        gpus = tuple(self._gpu_series[key] for key in self._gpu_order)
+        hosts = tuple(self._host_series[name] for name in self._host_order)
         self._gpu_cache = (self._gpu_version, gpus, hosts)
         return gpus, hosts
 
@@ -554,7 +502,7 @@ class LiveStore:
         agents = [self._rank_agents.get(int(r), ()) for r in ranks]
         drops = np.array([sum(self._agent_dropped.get(a, 0) for a in group) for group in agents], np.int64)
         gaps = np.array([sum(self._agent_missing.get(a, 0) for a in group) for group in agents], np.int64)
-        self._loss_cache = (self._loss_version, _readonly(drops), _readonly(gaps))
+        self._loss_cache = (self._loss_version, readonly(drops), readonly(gaps))
         return drops, gaps
 
     def _steps_columns_locked(self) -> Columns:
@@ -578,124 +526,10 @@ class LiveStore:
         return {name: column[order] for name, column in out.items()}
 
 
-# ---- Snapshot building (GUI thread, outside the lock) ----------------------------------------------------------
 
-
-def _build_snapshot(raw: dict[str, Any], now: float, store: LiveStore) -> Snapshot:
-    recent, valid = raw["recent"], raw["valid"]
-    keep = valid & (recent["first_batch"] == 0)
-
-    def mean(name: str) -> np.ndarray:
-        values = np.where(keep, recent[name], np.nan).astype(np.float64)
-        with np.errstate(all="ignore"):
-            return _nanmean_rows(values)
-
-    r_step, r_data, r_comp, r_comm = (mean(n) for n in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s"))
-    heat = raw["heat"]
-    cluster = raw["cluster"]
-    bucket_start = np.where(raw["bucket_abs"] >= 0, raw["bucket_abs"] * store.bucket_s, np.nan)
-    last_seen = raw["last_seen_s"]
-    codes = np.where(raw["finished"] > 0, 2, np.where(now - last_seen > store.lost_timeout_s, 1, 0))
-    names = (STATE_RUNNING, STATE_LOST, STATE_FINISHED)
-    state = tuple(names[c] for c in codes.tolist())
-    idle, cause, cause_share = _idle_cause(r_step, r_data, r_comp, r_comm)
-    steps_per_s, samples_per_s = _throughput(raw, now, store.bucket_s)
-    hellos: list[Hello] = raw["hellos"]
-    first = hellos[0] if hellos else None
-    world = max([h.world_size * (len(h.ranks) if h.strategy == "mirrored" else 1) for h in hellos] + [len(state)])
-    return Snapshot(
-        version=raw["version"], now_s=now, ranks=_readonly(raw["ranks"]), hosts=raw["hosts"], state=state,
-        last_seen_s=_readonly(last_seen), current_step=_readonly(raw["current_step"]),
-        recent_step_s=_readonly(r_step), recent_data_wait_s=_readonly(r_data), recent_compute_s=_readonly(r_comp),
-        recent_comm_exposed_s=_readonly(r_comm), drops=_readonly(raw["drops"]), gaps=_readonly(raw["gaps"]),
-        bucket_s=store.bucket_s, bucket_start_s=_readonly(bucket_start),
-        heat_step_s=_readonly(heat["step_s"]), heat_data_wait_share=_readonly(heat["data_wait_s"]),
-        heat_comm_exposed_share=_readonly(heat["comm_exposed_s"]),
-        heat_compute_share=_readonly(heat["compute_s"]),
-        cluster_phase_s={k: _readonly(v.astype(np.float64)) for k, v in cluster.items()},
-        gpus=raw["gpus"], host_states=raw["hosts_state"],
-        framework=first.framework if first else "", strategy=first.strategy if first else "", world_size=world,
-        started_s=min((h.started_s for h in hellos), default=math.nan),
-        steps_per_s=steps_per_s, samples_per_s=samples_per_s,
-        messages_per_s=_rate(raw["sec_abs"], raw["sec_msgs"], now),
-        idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
-        # lost or finished ranks keep their last steps but are not "the rank the others wait for" any more
-        straggler=find_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data,
-                                 r_comp),
-        counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
-    )
-
-
-def _nanmean_rows(values: np.ndarray) -> np.ndarray:
-    counts = np.sum(~np.isnan(values), axis=1)
-    totals = np.nansum(values, axis=1)
-    with np.errstate(all="ignore"):
-        return np.where(counts > 0, totals / counts, np.nan)
-
-
-def _idle_cause(step: np.ndarray, data: np.ndarray, comp: np.ndarray, comm: np.ndarray) -> tuple[float, str, float]:
-    ok = ~np.isnan(step) & ~np.isnan(comp)
-    total = float(step[ok].sum())
-    if not ok.any() or total <= 0:
-        return math.nan, "", math.nan
-    parts = {"data_wait": float(np.nan_to_num(data[ok]).sum()), "comm_exposed": float(np.nan_to_num(comm[ok]).sum())}
-    parts["other"] = max(total - float(comp[ok].sum()) - parts["data_wait"] - parts["comm_exposed"], 0.0)
-    idle = max(0.0, 1.0 - float(comp[ok].sum()) / total)
-    cause = max(parts, key=lambda k: parts[k])
-    return idle, cause, parts[cause] / total
-
-
-def _throughput(raw: dict[str, Any], now: float, bucket_s: float, window: int = 5) -> tuple[float, float]:
-    current = math.floor(now / bucket_s)
-    in_window = (raw["bucket_abs"] >= current - window) & (raw["bucket_abs"] < current)
-    used = in_window & (raw["bucket_steps"] > 0)
-    if not used.any():
-        return 0.0 if raw["steps_total"] else math.nan, math.nan
-    # divide by the time actually covered, so a training that just started is not under-reported
-    seconds = (current - int(raw["bucket_abs"][used].min())) * bucket_s
-    steps = float(raw["bucket_steps"][in_window].sum())
-    samples = float(raw["bucket_samples"][in_window].sum())
-    return steps / seconds, (samples / seconds if samples > 0 else math.nan)
-
-
-def _rate(seconds_abs: np.ndarray, counts: np.ndarray, now: float, window: int = 5) -> float:
-    current = int(now)
-    in_window = (seconds_abs >= current - window) & (seconds_abs < current)
-    used = in_window & (counts > 0)
-    if not used.any():
-        return 0.0
-    return float(counts[in_window].sum()) / (current - int(seconds_abs[used].min()))
-
-
-def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray, data_wait_s: np.ndarray,
-                   compute_s: np.ndarray | None = None, min_share: float = 0.05) -> Straggler | None:
-    """The rank the others wait for: in synchronous data parallelism the slowest rank waits least in AllReduce.
-
-    A rank is named only when the other ranks' median exposed comm exceeds its own by at least ``min_share`` of
-    the median step time (so a healthy cluster with small jitter has no straggler). Its cause is the phase in which
-    it spends more than the others (data wait: its input pipeline; compute: its compute), not the phase's absolute
-    size: when every rank waits for data, data is not what makes this one late.
-    """
-    ok = ~np.isnan(step_s) & ~np.isnan(comm_exposed_s)
-    if ok.sum() < 2:
-        return None
-    idx = np.flatnonzero(ok)
-    worst = idx[int(np.argmin(comm_exposed_s[idx]))]
-    others = idx[idx != worst]
-    median_step = float(np.median(step_s[idx]))
-    gap = float(np.median(comm_exposed_s[others])) - float(comm_exposed_s[worst])
-    if median_step <= 0 or gap / median_step < min_share:
-        return None
-    share = gap / median_step
-    why = "cause unclear: neither its data wait nor its compute stands out"
-    for phase, values in (("its data loader", data_wait_s), ("slower compute", compute_s)):
-        if values is None or np.isnan(values[worst]) or np.isnan(values[others]).all():
-            continue
-        if values[worst] - float(np.nanmedian(values[others])) >= 0.5 * gap:
-            why = phase
-            break
-    return Straggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
-                                               f"of each step for it in AllReduce")
+def _oldest_first(matrix: np.ndarray, split: int) -> np.ndarray:
+    """A copy of a ranks x buckets ring with its columns rotated oldest-first (two slices: no fancy indexing)."""
+    return np.concatenate((matrix[:, split:], matrix[:, :split]), axis=1)
 
 
 def _series_columns(kind: str, entries: list[tuple[_Ring, dict[str, Any]]]) -> Columns:

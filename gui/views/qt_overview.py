@@ -40,9 +40,15 @@ class _Card(QtWidgets.QFrame):
         layout.addStretch(1)
 
     def show_values(self, value: str, detail: str, color: str | None = None) -> None:
-        self.value.setText(value)
-        self.value.setStyleSheet(f"color: {color};" if color else "")
-        self.detail.setText(detail)
+        # Only what changed: with the app's style sheet, setStyleSheet re-polishes the label (and a new text may
+        # re-layout the card) even when nothing is different, and this runs every frame.
+        style = f"color: {color};" if color else ""
+        if self.value.text() != value:
+            self.value.setText(value)
+        if self.value.styleSheet() != style:
+            self.value.setStyleSheet(style)
+        if self.detail.text() != detail:
+            self.detail.setText(detail)
 
 
 class QtOverview(QtWidgets.QWidget):

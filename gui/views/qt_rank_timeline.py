@@ -141,9 +141,10 @@ class QtRankTimeline(QtWidgets.QWidget):
         counts = np.sum(np.isfinite(window), axis=1)
         with np.errstate(all="ignore"):
             recent = np.where(counts > 0, np.nansum(window, axis=1) / counts, np.nan)
-        key = np.nan_to_num(recent, nan=np.inf) if lowest else -np.nan_to_num(recent, nan=-1.0)
-        order = [i for i in np.argsort(key, kind="stable") if np.isfinite(recent[i])][:TOP_N // 2 if lowest else TOP_N]
-        return [(int(self._snap.ranks[i]), float(recent[i])) for i in order]
+        has = np.flatnonzero(np.isfinite(recent))  # ranks without data are not "the lowest"
+        key = recent[has] if lowest else -recent[has]
+        order = has[np.argsort(key, kind="stable")[:TOP_N // 2 if lowest else TOP_N]]
+        return list(zip(self._snap.ranks[order].tolist(), recent[order].tolist(), strict=True))
 
     # ---- Drawing -------------------------------------------------------------------------------------------------
 
@@ -185,15 +186,17 @@ class QtRankTimeline(QtWidgets.QWidget):
     def _render_heatmap(self, snap: Snapshot) -> None:
         n, t = self._values.shape
         finite = np.isfinite(self._values)
-        indices = np.full(self._values.shape, 255, np.uint8)
-        indices[finite] = np.clip(np.rint(self._values[finite] * 2.54), 0, 254).astype(np.uint8)
+        # whole-array operations (a boolean gather/scatter over 300 k cells costs more than the drawing)
+        with np.errstate(invalid="ignore"):
+            scaled = np.clip(np.rint(self._values * 2.54), 0, 254)
+        indices = np.where(finite, scaled, 255).astype(np.uint8)
         self.image.setImage(indices, autoLevels=False, levels=(0, 255), lut=self._lut)
         x0 = float(self._x[0] - snap.bucket_s / 2) if t else 0.0
         rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, n)
         self.image.setRect(rect)
         self.no_data.setRect(rect)
         # show the time that has data (at least a minute), not minutes of grey before the training started
-        has = np.flatnonzero(np.isfinite(self._values).any(axis=0))
+        has = np.flatnonzero(finite.any(axis=0))
         first = float(self._x[has[0]] - snap.bucket_s / 2) if has.size else x0
         left = float(np.floor(min(first, -MIN_HEAT_WINDOW_S) / 10.0) * 10.0)
         x_range = (max(left, x0), snap.bucket_s / 2)

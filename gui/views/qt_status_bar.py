@@ -10,6 +10,16 @@ from PySide6 import QtWidgets
 from gui.core.store import Snapshot
 
 
+def _show(label: QtWidgets.QLabel, text: str, style: str | None = None, tooltip: str | None = None) -> None:
+    """Set only what changed: the status bar is rendered every frame, and a re-polish or relayout is not free."""
+    if label.text() != text:
+        label.setText(text)
+    if style is not None and label.styleSheet() != style:
+        label.setStyleSheet(style)
+    if tooltip is not None and label.toolTip() != tooltip:
+        label.setToolTip(tooltip)
+
+
 class QtStatusBar(QtWidgets.QStatusBar):
     """Ingest health at a glance."""
 
@@ -31,24 +41,21 @@ class QtStatusBar(QtWidgets.QStatusBar):
 
     def render(self, snap: Snapshot, endpoint: str, recording_path: str | None, recording_bytes: int | None) -> None:
         """Show one snapshot and the recorder's file figures."""
-        self.endpoint.setText(f"listening on {endpoint}" if endpoint else "not listening")
-        self.rate.setText(f"{snap.messages_per_s:,.0f} msg/s")
+        _show(self.endpoint, f"listening on {endpoint}" if endpoint else "not listening")
+        _show(self.rate, f"{snap.messages_per_s:,.0f} msg/s")
         drops = int(snap.drops.sum()) if snap.drops.size else 0
         gaps = snap.counters.get("missing_messages", 0)
-        self.loss.setText(f"drops {drops:,} · gaps {gaps:,}")
-        self.loss.setStyleSheet("color: #e15759;" if drops or gaps else "")
+        _show(self.loss, f"drops {drops:,} · gaps {gaps:,}", "color: #e15759;" if drops or gaps else "")
         rejected: dict[str, int] = snap.counters.get("rejected", {})
         total = sum(rejected.values())
-        self.rejected.setText(f"rejected {total:,}")
-        self.rejected.setStyleSheet("color: #e15759;" if total else "")
-        self.rejected.setToolTip("Rejected messages by reason:\n" + (
-            "\n".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items())) or "none"))
+        _show(self.rejected, f"rejected {total:,}", "color: #e15759;" if total else "",
+              "Rejected messages by reason:\n" + (
+                  "\n".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items())) or "none"))
         if recording_path:
             size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
-            self.recording.setText(f"recording {recording_path}{size}")
-            self.recording.setToolTip(recording_path)
+            _show(self.recording, f"recording {recording_path}{size}", tooltip=recording_path)
         else:
-            self.recording.setText("not recording")
+            _show(self.recording, "not recording")
 
 
 def _size(n: int) -> str:

@@ -23,6 +23,8 @@ from gui.views.qt_plot_tools import (
 )
 
 COLUMNS_WINDOW_S = 120
+MANY_RANKS = 256
+MANY_RANKS_REDRAW_S = 0.25  # per-rank bars are means of the last 20 steps (~2 s): 4 redraws a second follow them
 
 
 class QtStepBreakdown(QtWidgets.QWidget):
@@ -67,6 +69,7 @@ class QtStepBreakdown(QtWidgets.QWidget):
         self._snap: Snapshot | None = None
         self._x = np.zeros(0)
         self._rank_phases: dict[str, np.ndarray] = {}
+        self._ranks_drawn: tuple[float, object, object] = (-np.inf, None, None)  # now_s, ranks, straggler row
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -86,7 +89,12 @@ class QtStepBreakdown(QtWidgets.QWidget):
         tallest = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
         # a rounded y range: autorange would follow every step's jitter and re-layout the axes each frame
         set_range(self.columns_plot, x=(-COLUMNS_WINDOW_S, snap.bucket_s / 2), y=(0.0, _nice_ceiling(tallest * 1.1)))
-        self._render_ranks(snap)
+        drawn_s, drawn_ranks, drawn_straggler = self._ranks_drawn
+        if (len(snap.ranks) <= MANY_RANKS or not 0 <= snap.now_s - drawn_s < MANY_RANKS_REDRAW_S
+                or (drawn_ranks is not snap.ranks and not np.array_equal(drawn_ranks, snap.ranks))
+                or drawn_straggler != snap.straggler_row()):
+            self._ranks_drawn = (snap.now_s, snap.ranks, snap.straggler_row())
+            self._render_ranks(snap)
 
     # ---- Drawing -------------------------------------------------------------------------------------------------
 
@@ -98,7 +106,7 @@ class QtStepBreakdown(QtWidgets.QWidget):
         has = np.isfinite(snap.recent_step_s)
         y = np.arange(len(snap.ranks), dtype=float)[has] + 0.5
         left = np.zeros(int(has.sum()))
-        lost = np.array([s == STATE_LOST for s in snap.state], bool)[has]
+        lost = (np.array(snap.state) == STATE_LOST)[has] if STATE_LOST in snap.state else np.zeros(int(has.sum()), bool)
         height = 0.8 if len(snap.ranks) <= 64 else 1.0  # thin gaps between hundreds of bars alias into stripes
         for phase in PHASES:
             width = np.nan_to_num(self._rank_phases[phase][has])

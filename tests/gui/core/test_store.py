@@ -236,3 +236,49 @@ def test_straggler_cause_is_the_phase_where_it_exceeds_the_others_not_the_larges
     # Same gap, but this time rank 1 waits 40 ms longer for its batches than rank 0.
     by_data = find_straggler(ranks, step_s, comm, np.array([0.002, 0.042]), np.array([0.020, 0.020]))
     assert by_data is not None and by_data.rank == 1 and "data loader" in by_data.reason
+
+
+def test_a_snapshot_does_not_change_when_more_steps_arrive() -> None:
+    # The per-rank arrays are copies, not views into the live buffers the collector keeps writing.
+    store = LiveStore()
+    feed_cluster(store, 3, 5)
+    snap = store.snapshot(now_s=T0 + 1)
+    before = (snap.current_step.copy(), snap.last_seen_s.copy(), snap.ranks.copy(), snap.heat_step_s.copy())
+    for r in range(3):
+        store.on_batch(batch(f"a{r}", [step(r, 40, T0 + 2.0, comm=0.09)], seq=50), T0 + 9)
+    newer = store.snapshot(now_s=T0 + 2.05)
+    assert list(newer.current_step) == [40] * 3
+    for old, kept in zip(before, (snap.current_step, snap.last_seen_s, snap.ranks, snap.heat_step_s), strict=True):
+        assert np.array_equal(old, kept, equal_nan=True)
+
+
+def test_device_series_are_rebuilt_only_for_the_gpus_that_sampled() -> None:
+    store = LiveStore()
+    samples = [GpuSample(T0, f"h{g // 2}", g % 2, util_pct=float(g)) for g in (3, 0, 2, 1)]
+    store.on_batch(batch("a", samples), T0)
+    first = store.snapshot(now_s=T0)
+    assert [(g.host, g.gpu_index) for g in first.gpus] == [("h0", 0), ("h0", 1), ("h1", 0), ("h1", 1)]
+    store.on_batch(batch("a", [GpuSample(T0 + 0.5, "h1", 0, util_pct=77.0)], seq=1), T0 + 0.5)
+    second = store.snapshot(now_s=T0 + 0.5)
+    assert second.gpus is not first.gpus
+    assert [a is b for a, b in zip(first.gpus, second.gpus, strict=True)] == [True, True, False, True]
+    assert list(second.gpus[2].util_pct) == [2.0, 77.0]
+    with pytest.raises(ValueError):
+        second.gpus[2].util_pct[0] = 1.0
+    # a new GPU appears in sorted place
+    store.on_batch(batch("a", [GpuSample(T0 + 1, "h0", 2, util_pct=5.0)], seq=2), T0 + 1)
+    assert [(g.host, g.gpu_index) for g in store.snapshot(now_s=T0 + 1).gpus][:3] == [("h0", 0), ("h0", 1), ("h0", 2)]
+
+
+def test_device_ring_keeps_the_newest_readings_in_order() -> None:
+    store = LiveStore(series_len=4)
+    store.on_batch(batch("a", [GpuSample(T0 + i, "h", 0, util_pct=float(i)) for i in range(7)]), T0 + 7)
+    (gpu,) = store.snapshot(now_s=T0 + 7).gpus
+    assert list(gpu.util_pct) == [3.0, 4.0, 5.0, 6.0] and list(gpu.ts_s) == [T0 + 3, T0 + 4, T0 + 5, T0 + 6]
+
+
+def test_snapshot_module_is_the_same_types() -> None:
+    from gui.core import snapshot
+
+    assert snapshot.Snapshot is __import__("gui.core.store", fromlist=["Snapshot"]).Snapshot
+    assert snapshot.find_straggler is find_straggler and snapshot.STATE_LOST == STATE_LOST

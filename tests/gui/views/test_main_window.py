@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("PySide6")
 
+from PySide6 import QtCore, QtGui
+
 from agent import wire
 from agent.schema import GpuStatus, Hello, HostSample, Step
 from gui.core.store import STATE_LOST, LiveStore
@@ -113,3 +115,48 @@ def test_table_sorts_numerically(window) -> None:  # type: ignore[no-untyped-def
     table.sortByColumn(0, table.horizontalHeader().sortIndicatorOrder().DescendingOrder)
     first = table.model().index(0, 0).data(RanksTableModel.SortRole)
     assert first == 11  # numeric sort, not "9" > "11"
+
+
+def test_table_sorts_by_numbers_in_the_model_and_keeps_the_selection(window) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore()
+    _feed(store, 12, slow=5)  # rank 5's stall is the smallest
+    win = window(store)
+    win.render_frame()
+    table, model = win.ranks_table, win.ranks_model
+    assert table.model() is model  # no proxy: the model sorts itself with numpy
+    table.selectRow(3)
+    table.sortByColumn(7, QtCore.Qt.SortOrder.AscendingOrder)  # stall (ms)
+    assert model.data(model.index(0, 0), RanksTableModel.SortRole) == 5
+    stalls = [model.data(model.index(row, 7), RanksTableModel.SortRole) for row in range(12)]
+    assert stalls == sorted(stalls)
+    selected = table.selectionModel().selectedRows()
+    assert [model.data(i, RanksTableModel.SortRole) for i in selected] == [3]  # the same rank, in its new row
+    assert model.snapshot_row(0) == 5
+
+
+def test_many_ranks_charts_take_turns_within_the_budget_and_text_is_not_rewritten(window) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore()
+    _feed(store, 300, steps=4)
+    win = window(store)
+    win.render_frame()
+    assert win.charts_last_tick == 4  # the first frame draws everything
+    assert QtGui.QPixmapCache.cacheLimit() >= 64 * 1024  # the axes' caches fit (see qt_plot_tools.make_plot)
+    counts = []
+    for k in range(6):
+        store.on_batch(wire.decode(wire.encode("a0", 100 + k, time.time(), [
+            Step(0, 20 + k, time.time() - 0.1, time.time(), 0.1, 0.01, 0.05, 0.03, 0.03, 32)])), time.time())
+        win.render_frame()
+        counts.append(win.charts_last_tick)
+    assert all(1 <= c <= 4 for c in counts)
+    text = win.overview.run.detail.text()
+    win.overview.run.detail.setText("sentinel")
+    win._last_text_render = time.monotonic()  # text was just drawn and nothing it keys on changed: kept
+    win.render_frame()
+    assert win.overview.run.detail.text() == "sentinel"
+    win._last_text_render = 0.0  # its 4 Hz turn (the table's turn is not now): rewritten
+    win._last_table_render = time.monotonic()
+    store.on_batch(wire.decode(wire.encode("a1", 200, time.time(), [
+        Step(1, 30, time.time() - 0.1, time.time(), 0.1, 0.01, 0.05, 0.03, 0.03, 32)])), time.time())
+    win.render_frame()
+    assert win.overview.run.detail.text() != "sentinel" and "300 ranks" in win.overview.run.detail.text()
+    assert "300 ranks" in text

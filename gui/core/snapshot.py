@@ -1,0 +1,250 @@
+"""The frame-side half of the live store: the immutable ``Snapshot`` a GUI frame draws, and the heuristics that
+turn the store's raw copy into it (per-rank recent means, idle share and cause, throughput, straggler).
+
+What it owns: the ``Snapshot`` / ``GpuSeries`` / ``HostState`` / ``Straggler`` types, the rank-state names, and
+``build_snapshot`` (runs on the GUI thread, outside the store's lock, over arrays the store copied for it).
+
+What it must never do: import Qt, touch the store's live buffers or lock, or turn a missing reading into 0 (NaN
+stays NaN so the views can draw gaps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from agent.schema import GpuStatus, Hello
+from gui.core import phases
+
+PHASES: Final[tuple[str, ...]] = tuple(phase.name for phase in phases.PHASES)
+"""The step phases every chart stacks, in this order (other = step - data wait - compute - exposed comm)."""
+
+STATE_RUNNING: Final = "running"
+STATE_LOST: Final = "lost"
+STATE_FINISHED: Final = "finished"
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """The rank the others wait for, and why the heuristic thinks so (one sentence for the overview)."""
+
+    rank: int
+    others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSeries:
+    """Recent readings of one GPU (oldest first). ``util_pct`` / ``mem_used_bytes`` NaN where not supported."""
+
+    host: str
+    gpu_index: int
+    name: str | None
+    rank: int | None
+    ts_s: np.ndarray
+    util_pct: np.ndarray
+    mem_used_bytes: np.ndarray
+    mem_total_bytes: float  # NaN when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """The latest reading of one host, with its CPU series (oldest first) for the no-GPU fallback chart."""
+
+    host: str
+    gpu_status: str
+    gpu_status_detail: str | None
+    gpu_count: int
+    ts_s: np.ndarray
+    cpu_pct: np.ndarray
+    mem_used_bytes: float
+    mem_total_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of the store for one GUI frame. All per-rank arrays are in ``ranks`` order (sorted).
+
+    Heat matrices are ranks x buckets (oldest bucket first); ``bucket_start_s`` is NaN for buckets not yet used.
+    Per-rank ``recent_*`` figures are means over the last ``recent_window`` steps (first-batch steps excluded).
+    """
+
+    version: int
+    now_s: float
+    ranks: np.ndarray
+    hosts: tuple[str, ...]
+    state: tuple[str, ...]
+    last_seen_s: np.ndarray
+    current_step: np.ndarray
+    recent_step_s: np.ndarray
+    recent_data_wait_s: np.ndarray
+    recent_compute_s: np.ndarray
+    recent_comm_exposed_s: np.ndarray
+    drops: np.ndarray
+    gaps: np.ndarray
+    bucket_s: float
+    bucket_start_s: np.ndarray
+    heat_step_s: np.ndarray
+    heat_data_wait_share: np.ndarray
+    heat_comm_exposed_share: np.ndarray
+    heat_compute_share: np.ndarray
+    cluster_phase_s: dict[str, np.ndarray]  # per bucket, mean over ranks, seconds; keys PHASES + "step"
+    gpus: tuple[GpuSeries, ...]
+    host_states: tuple[HostState, ...]
+    framework: str
+    strategy: str
+    world_size: int
+    started_s: float
+    steps_per_s: float
+    samples_per_s: float  # NaN when the agents do not report samples
+    messages_per_s: float
+    idle_share: float  # NaN until steps with compute times arrived
+    idle_cause: str  # one of PHASES other than compute, or "" when unknown
+    idle_cause_share: float
+    straggler: Straggler | None
+    counters: dict[str, Any]
+    steps_total: int
+    latest_end_s: float
+
+    @property
+    def no_gpu(self) -> bool:
+        """True when hosts have reported and none has a GPU (the window then shows CPU instead)."""
+        return bool(self.host_states) and not self.gpus and all(
+            h.gpu_status != GpuStatus.OK or h.gpu_count == 0 for h in self.host_states)
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the earliest agent started (NaN before any agent said hello)."""
+        return self.now_s - self.started_s if math.isfinite(self.started_s) else math.nan
+
+    def straggler_row(self) -> int | None:
+        """Index of the straggler in ``ranks`` (None when there is none)."""
+        if self.straggler is None:
+            return None
+        hits = np.flatnonzero(self.ranks == self.straggler.rank)
+        return int(hits[0]) if hits.size else None
+
+
+
+# ---- Snapshot building (GUI thread, outside the lock) ----------------------------------------------------------
+
+
+def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeout_s: float) -> Snapshot:
+    """Turn the store's locked copy (``LiveStore._copy_locked``) into the frame's immutable ``Snapshot``."""
+    recent, valid = raw["recent"], raw["valid"]
+    keep = valid & (recent["first_batch"] == 0)
+    # the four per-rank means in one pass over a (4, ranks, window) stack, not four nanmean calls
+    stacked = np.stack([recent[n] for n in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s")])
+    counted = keep[None] & ~np.isnan(stacked)
+    totals = np.where(counted, stacked, 0.0).sum(axis=2, dtype=np.float64)
+    counts = counted.sum(axis=2)
+    with np.errstate(all="ignore"):
+        means = np.where(counts > 0, totals / counts, np.nan)
+    r_step, r_data, r_comp, r_comm = means[0], means[1], means[2], means[3]
+    heat = raw["heat"]
+    cluster = raw["cluster"]
+    bucket_start = np.where(raw["bucket_abs"] >= 0, raw["bucket_abs"] * bucket_s, np.nan)
+    last_seen = raw["last_seen_s"]
+    codes = np.where(raw["finished"] > 0, 2, np.where(now - last_seen > lost_timeout_s, 1, 0))
+    names = (STATE_RUNNING, STATE_LOST, STATE_FINISHED)
+    state = tuple(names[c] for c in codes.tolist())
+    idle, cause, cause_share = _idle_cause(r_step, r_data, r_comp, r_comm)
+    steps_per_s, samples_per_s = _throughput(raw, now, bucket_s)
+    hellos: list[Hello] = raw["hellos"]
+    first = hellos[0] if hellos else None
+    world = max([h.world_size * (len(h.ranks) if h.strategy == "mirrored" else 1) for h in hellos] + [len(state)])
+    return Snapshot(
+        version=raw["version"], now_s=now, ranks=readonly(raw["ranks"]), hosts=raw["hosts"], state=state,
+        last_seen_s=readonly(last_seen), current_step=readonly(raw["current_step"]),
+        recent_step_s=readonly(r_step), recent_data_wait_s=readonly(r_data), recent_compute_s=readonly(r_comp),
+        recent_comm_exposed_s=readonly(r_comm), drops=readonly(raw["drops"]), gaps=readonly(raw["gaps"]),
+        bucket_s=bucket_s, bucket_start_s=readonly(bucket_start),
+        heat_step_s=readonly(heat["step_s"]), heat_data_wait_share=readonly(heat["data_wait_s"]),
+        heat_comm_exposed_share=readonly(heat["comm_exposed_s"]),
+        heat_compute_share=readonly(heat["compute_s"]),
+        cluster_phase_s={k: readonly(v.astype(np.float64)) for k, v in cluster.items()},
+        gpus=raw["gpus"], host_states=raw["hosts_state"],
+        framework=first.framework if first else "", strategy=first.strategy if first else "", world_size=world,
+        started_s=min((h.started_s for h in hellos), default=math.nan),
+        steps_per_s=steps_per_s, samples_per_s=samples_per_s,
+        messages_per_s=_rate(raw["sec_abs"], raw["sec_msgs"], now),
+        idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
+        # lost or finished ranks keep their last steps but are not "the rank the others wait for" any more
+        straggler=find_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data,
+                                 r_comp),
+        counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
+    )
+
+
+def _idle_cause(step: np.ndarray, data: np.ndarray, comp: np.ndarray, comm: np.ndarray) -> tuple[float, str, float]:
+    ok = ~np.isnan(step) & ~np.isnan(comp)
+    total = float(step[ok].sum())
+    if not ok.any() or total <= 0:
+        return math.nan, "", math.nan
+    parts = {"data_wait": float(np.nan_to_num(data[ok]).sum()), "comm_exposed": float(np.nan_to_num(comm[ok]).sum())}
+    parts["other"] = max(total - float(comp[ok].sum()) - parts["data_wait"] - parts["comm_exposed"], 0.0)
+    idle = max(0.0, 1.0 - float(comp[ok].sum()) / total)
+    cause = max(parts, key=lambda k: parts[k])
+    return idle, cause, parts[cause] / total
+
+
+def _throughput(raw: dict[str, Any], now: float, bucket_s: float, window: int = 5) -> tuple[float, float]:
+    current = math.floor(now / bucket_s)
+    in_window = (raw["bucket_abs"] >= current - window) & (raw["bucket_abs"] < current)
+    used = in_window & (raw["bucket_steps"] > 0)
+    if not used.any():
+        return 0.0 if raw["steps_total"] else math.nan, math.nan
+    # divide by the time actually covered, so a training that just started is not under-reported
+    seconds = (current - int(raw["bucket_abs"][used].min())) * bucket_s
+    steps = float(raw["bucket_steps"][in_window].sum())
+    samples = float(raw["bucket_samples"][in_window].sum())
+    return steps / seconds, (samples / seconds if samples > 0 else math.nan)
+
+
+def _rate(seconds_abs: np.ndarray, counts: np.ndarray, now: float, window: int = 5) -> float:
+    current = int(now)
+    in_window = (seconds_abs >= current - window) & (seconds_abs < current)
+    used = in_window & (counts > 0)
+    if not used.any():
+        return 0.0
+    return float(counts[in_window].sum()) / (current - int(seconds_abs[used].min()))
+
+
+def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray, data_wait_s: np.ndarray,
+                   compute_s: np.ndarray | None = None, min_share: float = 0.05) -> Straggler | None:
+    """The rank the others wait for: in synchronous data parallelism the slowest rank waits least in AllReduce.
+
+    A rank is named only when the other ranks' median exposed comm exceeds its own by at least ``min_share`` of
+    the median step time (so a healthy cluster with small jitter has no straggler). Its cause is the phase in which
+    it spends more than the others (data wait: its input pipeline; compute: its compute), not the phase's absolute
+    size: when every rank waits for data, data is not what makes this one late.
+    """
+    ok = ~np.isnan(step_s) & ~np.isnan(comm_exposed_s)
+    if ok.sum() < 2:
+        return None
+    idx = np.flatnonzero(ok)
+    worst = idx[int(np.argmin(comm_exposed_s[idx]))]
+    others = idx[idx != worst]
+    median_step = float(np.median(step_s[idx]))
+    gap = float(np.median(comm_exposed_s[others])) - float(comm_exposed_s[worst])
+    if median_step <= 0 or gap / median_step < min_share:
+        return None
+    share = gap / median_step
+    why = "cause unclear: neither its data wait nor its compute stands out"
+    for phase, values in (("its data loader", data_wait_s), ("slower compute", compute_s)):
+        if values is None or np.isnan(values[worst]) or np.isnan(values[others]).all():
+            continue
+        if values[worst] - float(np.nanmedian(values[others])) >= 0.5 * gap:
+            why = phase
+            break
+    return Straggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
+                                               f"of each step for it in AllReduce")
+
