@@ -115,6 +115,10 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
 def run(*, bind: str | None = None, record_to: str | None = None, demo: object | None = None,
         simulate_ranks: int | None = None) -> int:
     """Open the window and run the Qt event loop until it closes. Returns the process exit code."""
+    problem = missing_display()
+    if problem:
+        print(f"ringscope: {problem}", file=sys.stderr)
+        return 2
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setOrganizationName("Ringscope")
     app.setApplicationName("Ringscope")
@@ -134,6 +138,17 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
         return int(app.exec())
     finally:
         parts.close()
+
+
+def missing_display() -> str | None:
+    """Why no window can open here (Linux without X11/Wayland and no Qt platform chosen), or None."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return None
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset). On a headless machine run "
+            "`xvfb-run ringscope ...`, or record without a window: `ringscope record --out SESSION.db` and open "
+            "the report with `ringscope report SESSION.db --html report.html`.")
 
 
 def _quit_on_signals(app: QtWidgets.QApplication) -> None:

@@ -81,3 +81,11 @@ def test_sigterm_closes_the_window_cleanly_and_the_recording_is_complete(tmp_pat
     summary = json.loads(info.stdout)
     assert summary["complete"] is True, summary
     assert summary["steps_total"] >= steps
+
+
+def test_without_a_display_the_window_command_says_what_to_do() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    done = subprocess.run([sys.executable, "-m", "gui.cli", "window", "--bind", "tcp://127.0.0.1:0"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "no display" in done.stderr and "xvfb-run" in done.stderr and "ringscope record" in done.stderr
