@@ -20,6 +20,16 @@ Per replica and step it reports (definitions of shared MEASURING.md, identical t
 * ``step_s``       host wall time from before ``next(iterator)`` until the step's results are on the host;
   other = step - data_wait - compute - comm_exposed is dispatch, tracing (first step) and host bookkeeping.
 
+The timestamps must stay independent of each other. ``tf.timestamp`` is a stateful op without a resource input,
+and ``tf.function``'s automatic control dependencies chain every such op in the order it was traced. Replicas are
+traced one after another, so replica 1's t0 got a control input from replica 0's t1: with the t0 edge onto the
+inputs, replica 1's forward pass waited for replica 0's whole backward pass (+2.75 ms, 8 % of a 34 ms CPU step),
+and its t0 (hence every figure) was taken late. Each timestamp is therefore registered with the tracing graph's
+automatic-control-dependency manager as an *independent* side effect (``run_independently``: it still runs before
+the function returns, but no chain is added); only the explicit edges written here order it.
+That chain also hid a missing edge: t3 waited only for a read of ``optimizer.iterations``, which Keras increments
+with no ordering against the variable updates; t3 now waits for reads of every model and optimizer variable.
+
 Gradients are all-reduced exactly once. Keras 3's ``optimizer.apply_gradients`` all-reduces again whenever it
 runs in a replica context (``_all_reduce_sum_gradients``, no flag to skip it) and fails in a cross-replica
 context, so the helper wraps that one method on the optimizer instance: while *this helper* applies its already
@@ -203,7 +213,7 @@ class TimedStepRunner:
     def _replica_step(self, features: Any, labels: Any) -> Any:
         context = tf.distribute.get_replica_context()
         variables = self._model.trainable_variables
-        t0 = tf.timestamp()
+        t0 = _timestamp()
         # One control edge, onto the inputs: the forward pass starts after t0 through its data, instead of every
         # forward and gradient op getting a control input from t0 (control edges can block graph rewrites).
         with tf.control_dependencies([t0]):
@@ -220,12 +230,12 @@ class TimedStepRunner:
         # (data dependencies already order them). t2 waits for the *ops* that produce the reduced gradients (one
         # IdentityN per replica here), not for each reduced tensor: a control edge from every reduced gradient cost
         # ~3-6 ms of a ~40 ms CPU step (4.2 M parameters), one edge per producing op costs nothing measurable. The
-        # cause was not pinned down (presumably a graph rewrite around the packed collective that the edges block).
+        # cause was not pinned down then; it was measured while the timestamps were still chained (module docstring).
         with tf.control_dependencies(present):
-            t1 = tf.timestamp()
+            t1 = _timestamp()
         reduced_present = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
         with tf.control_dependencies(list({t.op.name: t.op for t in reduced_present}.values())):
-            t2 = tf.timestamp()
+            t2 = _timestamp()
         reduced_iter = iter(reduced_present)
         reduced = [None if g is None else next(reduced_iter) for g in grads]
         _PREREDUCED.active = True
@@ -233,13 +243,30 @@ class TimedStepRunner:
             self._optimizer.apply_gradients([(g, v) for g, v in zip(reduced, variables, strict=True) if g is not None])
         finally:
             _PREREDUCED.active = False
-        # Automatic control dependencies order the updates before this read of the step counter.
-        done = tf.identity(self._optimizer.iterations)
-        with tf.control_dependencies([done]):
-            t3 = tf.timestamp()
+        # t3 waits for every write of the update: automatic control dependencies put a read of a variable after the
+        # last write to it, so this replica's reads of all model and optimizer variables (no copy on CPU) come after
+        # its updates. Reading only the step counter is not enough: Keras increments it with no ordering against the
+        # variable updates (other resources), which let t3 run before them. The edge from t2 keeps t2 <= t3.
+        written = [tf.identity(v) for v in [*variables, *self._optimizer.variables]]
+        with tf.control_dependencies([t2, tf.group(written)]):
+            t3 = _timestamp()
         samples = tf.cast(tf.shape(per_example)[0], tf.float64)
         loss_mean = tf.cast(tf.reduce_mean(per_example), tf.float64)
         return tf.stack([t0, t1, t2, t3, samples, loss_mean])
+
+
+def _timestamp() -> Any:
+    """``tf.timestamp()`` that automatic control dependencies leave unchained (see the module docstring).
+
+    Only the control edges the caller writes order it. Outside a ``tf.function`` trace (eager, or a graph without
+    automatic control dependencies) there is no chain to avoid and this is plain ``tf.timestamp()``.
+    """
+    stamp = tf.timestamp()
+    if not tf.executing_eagerly():
+        manager = getattr(tf.compat.v1.get_default_graph(), "experimental_acd_manager", None)
+        if manager is not None:
+            manager.run_independently(stamp.op)
+    return stamp
 
 
 def install_prereduced_apply(optimizer: Any) -> None:
