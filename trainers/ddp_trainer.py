@@ -137,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     dist.init_process_group(backend, device_id=device if args.device == "cuda" else None)
     try:
-        return _train(args, device)
+        code = _train(args, device)
+        # Tear down together: a rank that destroys its gloo group while its peer is still closing connections
+        # was seen aborting at exit ("terminate called without an active exception"), with or without the agent.
+        dist.barrier()
+        return code
     finally:
         dist.destroy_process_group()
 
