@@ -26,7 +26,7 @@ WASTE_CAUSES: Final[dict[str, str]] = {
     "other": "Other idle",
 }
 """Cost-of-waiting causes -> labels. They map to the phases comm_exposed, data_wait and other."""
-_PHASE_OF_CAUSE: Final[dict[str, str]] = {"allreduce_stall": "comm_exposed", "data_loader_idle": "data_wait",
+PHASE_OF_CAUSE: Final[dict[str, str]] = {"allreduce_stall": "comm_exposed", "data_loader_idle": "data_wait",
                                           "other": "other"}
 
 
@@ -87,7 +87,7 @@ def estimate_cost(analysis: SessionAnalysis, session: SessionData, price_per_gpu
     phases = phase_seconds(session.steps)
     # Each rank is one device: its idle seconds are that device's idle seconds. Warm-up steps count here (the
     # money is spent), unlike in the steady-state shares.
-    waste_hours = {cause: float(phases[phase].sum()) / 3600.0 for cause, phase in _PHASE_OF_CAUSE.items()}
+    waste_hours = {cause: float(phases[phase].sum()) / 3600.0 for cause, phase in PHASE_OF_CAUSE.items()}
     if unit == "GPU-hours" and devices > len(analysis.ranks) > 0:
         scale = devices / len(analysis.ranks)  # several GPUs per rank (model parallel inside): all of them wait
         waste_hours = {k: v * scale for k, v in waste_hours.items()}

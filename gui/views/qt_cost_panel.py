@@ -9,11 +9,9 @@ from __future__ import annotations
 from PySide6 import QtCore, QtWidgets
 
 from gui.core.analysis import SessionAnalysis
-from gui.core.cost import WASTE_CAUSES, CostBreakdown
+from gui.core.cost import PHASE_OF_CAUSE, WASTE_CAUSES, CostBreakdown
 from gui.core.report.model import hours_text, money
 from gui.views import theme
-
-_PHASE_OF_CAUSE = {"allreduce_stall": "comm_exposed", "data_loader_idle": "data_wait", "other": "other"}
 
 
 class QtCostPanel(QtWidgets.QFrame):
@@ -41,8 +39,8 @@ class QtCostPanel(QtWidgets.QFrame):
         self.waste: dict[str, QtWidgets.QLabel] = {}
         for row, (cause, label) in enumerate(WASTE_CAUSES.items()):
             swatch = QtWidgets.QLabel("■")
-            swatch.setStyleSheet(f"color: {theme.PHASE_COLORS[_PHASE_OF_CAUSE[cause]]};")
-            swatch.setToolTip(theme.PHASE_DESCRIPTIONS[_PHASE_OF_CAUSE[cause]])
+            swatch.setStyleSheet(f"color: {theme.PHASE_COLORS[PHASE_OF_CAUSE[cause]]};")
+            swatch.setToolTip(theme.PHASE_DESCRIPTIONS[PHASE_OF_CAUSE[cause]])
             value = QtWidgets.QLabel("—")
             value.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight)
