@@ -87,8 +87,8 @@ def instrument(
             gpu_indices=None if identity.nvml_index is None else [identity.nvml_index],
             rank_of_gpu=None if identity.nvml_index is None else {identity.nvml_index: identity.rank},
         )
-    probe = Probe(ddp_model, agent, identity, owns_agent=owns_agent)
-    register_timing_hook(probe, comm_hook, comm_state)
+    probe = Probe(agent, identity, owns_agent=owns_agent)
+    register_timing_hook(ddp_model, probe, comm_hook, comm_state)
     if loader is not None:
         probe.loader = probe.wrap_loader(loader, to_device=to_device)
     if identity.restart_count > 0:

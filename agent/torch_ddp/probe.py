@@ -60,8 +60,10 @@ class TimedLoader:
 class Probe:
     """Per-rank DDP telemetry. Build with ``instrument``; see ``agent.torch_ddp`` for the three-line use."""
 
-    def __init__(self, ddp_model: Any, agent: Agent, identity: RankIdentity, *, owns_agent: bool) -> None:
-        self.model = ddp_model
+    def __init__(self, agent: Agent, identity: RankIdentity, *, owns_agent: bool) -> None:
+        # No reference to the DDP model: the model holds the comm hook, which holds this probe, and a reference
+        # back would be a cycle through C++ that Python's collector cannot see (model, loader workers and agent
+        # kept alive until the interpreter exits).
         self.agent = agent
         self.identity = identity
         self.rank = identity.rank
@@ -213,15 +215,17 @@ class StepReport:
         self.loss: Any = None
 
 
-def register_timing_hook(probe: Probe, comm_hook: Callable[[Any, Any], Any] | None, comm_state: Any) -> None:
-    """Register the timing wrapper around ``comm_hook`` (default: plain all-reduce) on the probe's DDP model.
+def register_timing_hook(
+    ddp_model: Any, probe: Probe, comm_hook: Callable[[Any, Any], Any] | None, comm_state: Any
+) -> None:
+    """Register the timing wrapper around ``comm_hook`` (default: plain all-reduce) on ``ddp_model``.
 
     Plain all-reduce gets the fused ``timed_allreduce_hook`` (same gradients, one Python callback per bucket less).
     """
     if comm_hook is None or is_plain_allreduce(comm_hook):
-        probe.model.register_comm_hook(None, timed_allreduce_hook(comm_state, probe.current_marks, probe.clock))
+        ddp_model.register_comm_hook(None, timed_allreduce_hook(comm_state, probe.current_marks, probe.clock))
     else:
-        probe.model.register_comm_hook(comm_state, timed_hook(comm_hook, probe.current_marks, probe.clock))
+        ddp_model.register_comm_hook(comm_state, timed_hook(comm_hook, probe.current_marks, probe.clock))
 
 
 def _move(batch: Any, device: Any) -> Any:

@@ -117,6 +117,23 @@ def test_wrapped_hook_leaves_the_weights_identical(process_group: None) -> None:
         assert torch.equal(a, b)
 
 
+def test_an_instrumented_model_is_freed_with_its_probe(process_group: None) -> None:
+    """The model holds the comm hook and the hook holds the probe: the probe must not point back at the model, or
+    model, loader workers and agent would stay alive (a cycle through C++ the collector cannot see) until exit."""
+    import gc
+    import weakref
+
+    ddp = DistributedDataParallel(_model())
+    probe = instrument(ddp, _batches(2), endpoint="tcp://127.0.0.1:1")
+    _train(ddp, probe.loader, probe)
+    probe.close(timeout_s=0.1)
+    model_ref, probe_ref = weakref.ref(ddp), weakref.ref(probe)
+    del ddp, probe
+    gc.collect()
+    assert model_ref() is None, "the DDP model outlived every user reference"
+    assert probe_ref() is None, "the probe outlived the model that holds its hook"
+
+
 def test_instrument_refuses_what_it_cannot_wrap(process_group: None) -> None:
     with pytest.raises(ValueError, match=r"needs a torch\.nn\.parallel\.DistributedDataParallel model"):
         instrument(_model(), None)
