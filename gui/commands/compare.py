@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from gui.core.session import SessionFileError, load
+from gui.core.session import SessionFileError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,28 +20,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the comparison; exit 2 on a bad session file or when no output was asked for."""
-    from gui.core.compare import compare, write_compare_html, write_compare_pdf
-    from gui.core.report import build_report
+    from gui.core.compare import compare_files
 
     if not args.html and not args.pdf:
         print("ringscope compare: nothing to write; give --html FILE and/or --pdf FILE", file=sys.stderr)
         return 2
-    reports = []
-    for path in (args.session_a, args.session_b):
-        try:
-            reports.append(build_report(load(path), args.price_per_gpu_hour))
-        except SessionFileError as exc:
-            print(f"ringscope compare: {exc}", file=sys.stderr)
-            return 2
-    comparison = compare(reports[0], reports[1], Path(args.session_a).name, Path(args.session_b).name)
     try:
-        if args.html:
-            print(f"html: {write_compare_html(comparison, args.html)}")
-        if args.pdf:
-            print(f"pdf: {write_compare_pdf(comparison, args.pdf)}")
+        comparison, written = compare_files(args.session_a, args.session_b, html_path=args.html,
+                                            pdf_path=args.pdf, price_per_gpu_hour=args.price_per_gpu_hour)
+    except SessionFileError as exc:
+        print(f"ringscope compare: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"ringscope compare: cannot write the comparison: {exc}", file=sys.stderr)
         return 1
+    for path in written:
+        print(f"{path.suffix.lstrip('.')}: {path}")
     for metric in comparison.metrics:
         print(f"{metric.label:32} {metric.direction:>16}  better: {metric.better}")
     return 0

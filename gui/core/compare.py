@@ -7,6 +7,8 @@ bundles and renders the comparison as HTML (self-contained, like the report) or 
 from __future__ import annotations
 
 import html
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +16,11 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
 from gui.core.phases import PHASES
-from gui.core.report import charts
+from gui.core.report import build_report, charts
 from gui.core.report.html import STYLE, legend_html, write_text_atomically
 from gui.core.report.model import Report, straggler_text
-from gui.core.report.progress import Progress
+from gui.core.report.progress import CancelFlag, Progress, ProgressCallback
+from gui.core.session import load
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,17 +141,54 @@ def write_compare_html(comparison: Comparison, path: str | Path, progress: Progr
 
 
 def write_compare_pdf(comparison: Comparison, path: str | Path, progress: Progress | None = None) -> Path:
-    """Write the comparison as a PDF: a table page, then each session's per-rank and step-time charts."""
+    """Write the comparison as a PDF (atomically): a table page, then each session's per-rank and step-time
+    charts."""
     progress = progress or Progress()
     target = Path(path)
-    with PdfPages(target) as pdf:
-        pdf.savefig(_table_page(comparison))
-        for number, report in enumerate((comparison.a, comparison.b)):
-            progress(0.2 + 0.4 * number, "drawing charts")
-            pdf.savefig(charts.rank_bars(report.analysis))
-            pdf.savefig(charts.step_breakdown_columns(report.analysis))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".pdf")
+    os.close(fd)
+    try:
+        with PdfPages(tmp) as pdf:
+            pdf.savefig(_table_page(comparison))
+            for number, report in enumerate((comparison.a, comparison.b)):
+                progress(0.2 + 0.4 * number, "drawing charts")
+                pdf.savefig(charts.rank_bars(report.analysis))
+                pdf.savefig(charts.step_breakdown_columns(report.analysis))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     progress(1.0, "comparison PDF written")
     return target
+
+
+def compare_files(
+    session_a: str | Path,
+    session_b: str | Path,
+    *,
+    html_path: str | Path | None = None,
+    pdf_path: str | Path | None = None,
+    price_per_gpu_hour: float | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: CancelFlag | None = None,
+) -> tuple[Comparison, list[Path]]:
+    """Load and analyze two session files, compare them and write the pages asked for (the CLI's and the
+    window's one path). Raises ``SessionFileError`` for a bad file, ``ExportCancelled`` when ``cancel`` is set
+    (nothing written)."""
+    tracker = Progress(progress, cancel)
+    reports = []
+    for number, path in enumerate((session_a, session_b)):
+        tracker(0.3 * number, f"loading {Path(path).name}")
+        reports.append(build_report(load(path), price_per_gpu_hour))
+    comparison = compare(reports[0], reports[1], Path(session_a).name, Path(session_b).name)
+    written: list[Path] = []
+    outputs = [(write, target) for write, target in ((write_compare_html, html_path), (write_compare_pdf, pdf_path))
+               if target is not None]
+    for number, (write, target) in enumerate(outputs):
+        share = 0.4 / len(outputs)
+        written.append(write(comparison, target, tracker.slice(0.6 + share * number, 0.6 + share * (number + 1))))
+    tracker(1.0, "comparison written")
+    return comparison, written
 
 
 def _table_page(c: Comparison) -> Figure:

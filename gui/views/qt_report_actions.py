@@ -1,7 +1,8 @@
 """Report and comparison exports from the window, on a worker thread with a progress dialog and a cancel button.
 
-Owns the export user flow: choose a format and a file, run ``gui.core.report.export`` on a ``QThreadPool``
-worker (the live window keeps drawing), show progress, cancel. The worker never touches a widget: it emits
+Owns the export user flow: choose a format and a file, run the work (``gui.core.report.export``,
+``gui.core.compare.compare_files``) on a ``QThreadPool`` worker (the live window keeps drawing: loading and
+analyzing a large session takes seconds), show progress, cancel. The worker never touches a widget: it emits
 signals of a QObject living on the GUI thread, which Qt delivers there (queued).
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.report import ExportCancelled, build_report, export
+from gui.core.report import ExportCancelled, ProgressCallback, build_report, export
+from gui.core.session import SessionFileError
 from gui.core.session_data import SessionData
 
 FILTERS: dict[str, str] = {
@@ -25,8 +27,37 @@ FILTERS: dict[str, str] = {
 }
 
 
+Work = Callable[[ProgressCallback, threading.Event], list[Path]]
+"""What a job runs on the worker thread: given a progress callback and the cancel flag, returns the files written."""
+
+
+def report_work(session: SessionData | Callable[[], SessionData], kind: str, path: str,
+                price_per_gpu_hour: float | None) -> Work:
+    """Analyze ``session`` and export it as ``kind``. A callable ``session`` (e.g. loading the recording being
+    written) is called on the worker thread, off the GUI thread."""
+
+    def work(progress: ProgressCallback, cancel: threading.Event) -> list[Path]:
+        loaded = session() if callable(session) else session
+        return export(build_report(loaded, price_per_gpu_hour), kind, path, progress=progress, cancel=cancel)
+
+    return work
+
+
+def compare_work(session_a: str, session_b: str, path: str, price_per_gpu_hour: float | None) -> Work:
+    """Load, analyze and compare two session files; write HTML, or PDF when ``path`` ends in .pdf."""
+    from gui.core.compare import compare_files
+
+    pdf = path.lower().endswith(".pdf")
+
+    def work(progress: ProgressCallback, cancel: threading.Event) -> list[Path]:
+        return compare_files(session_a, session_b, html_path=None if pdf else path, pdf_path=path if pdf else None,
+                             price_per_gpu_hour=price_per_gpu_hour, progress=progress, cancel=cancel)[1]
+
+    return work
+
+
 class ExportJob(QtCore.QObject):
-    """One export in flight. Signals arrive on the GUI thread."""
+    """One export (a report, a comparison) in flight. Signals arrive on the GUI thread."""
 
     sig_progressed = QtCore.Signal(float, str)
     """Fraction done (0..1) and what is being done."""
@@ -37,13 +68,11 @@ class ExportJob(QtCore.QObject):
     sig_cancelled = QtCore.Signal()
     """The user cancelled; nothing was written."""
 
-    def __init__(self, session: SessionData | Callable[[], SessionData], kind: str, path: str,
-                 price_per_gpu_hour: float | None) -> None:
+    def __init__(self, kind: str, path: str, work: Work) -> None:
         super().__init__()
         self.kind = kind
         self.path = path
-        self._session = session
-        self._price = price_per_gpu_hour
+        self._work = work
         self._cancel = threading.Event()
         self.done = False
 
@@ -54,13 +83,13 @@ class ExportJob(QtCore.QObject):
     def run(self) -> None:
         """Runs on the worker thread."""
         try:
-            # A callable loads the whole session (e.g. the recording being written) here, off the GUI thread.
-            session = self._session() if callable(self._session) else self._session
-            report = build_report(session, self._price)
-            paths = export(report, self.kind, self.path, progress=self._progress, cancel=self._cancel)
+            paths = self._work(self._progress, self._cancel)
         except ExportCancelled:
             self.done = True
             self.sig_cancelled.emit()
+        except SessionFileError as exc:  # a bad session file: its own message says which file and why
+            self.done = True
+            self.sig_failed.emit(str(exc))
         except Exception as exc:  # reported to the user, never raised into Qt's event loop
             self.done = True
             self.sig_failed.emit(f"{self.kind} export to {self.path} failed: {exc}\n\n{traceback.format_exc(limit=3)}")
@@ -92,8 +121,13 @@ class QtReportExporter(QtCore.QObject):
 
     def start(self, session: SessionData | Callable[[], SessionData], kind: str, path: str,
               price_per_gpu_hour: float | None = None, *, show_progress: bool = True) -> ExportJob:
-        """Start one export; returns its job (connect to its signals). ``kind``: html, pdf, csv or trace."""
-        job = ExportJob(session, kind, path, price_per_gpu_hour)
+        """Start one report export; returns its job (connect to its signals). ``kind``: html, pdf, csv or trace."""
+        return self.start_work(kind, path, report_work(session, kind, path, price_per_gpu_hour),
+                               show_progress=show_progress)
+
+    def start_work(self, kind: str, path: str, work: Work, *, show_progress: bool = True) -> ExportJob:
+        """Run ``work`` on the pool with a progress dialog; ``kind`` names it in messages."""
+        job = ExportJob(kind, path, work)
         self.jobs.append(job)
         if show_progress:
             self._attach_dialog(job)
@@ -149,30 +183,26 @@ def export_report(parent: QtWidgets.QWidget, session: SessionData | Callable[[],
     kind = FILTERS.get(chosen, "html")
     if kind == "csv":
         Path(path).mkdir(parents=True, exist_ok=True)
-    preferences = getattr(parent, "preferences", None)
-    price = getattr(preferences, "price_per_gpu_hour", 0.0) or None
-    return exporter_for(parent).start(session, kind, path, price)
+    return exporter_for(parent).start(session, kind, path, _price(parent))
 
 
-def compare_sessions(parent: QtWidgets.QWidget) -> None:
-    """Pick two session files and an HTML file, then write the comparison (small: runs in the GUI thread)."""
-    from gui.core.compare import compare, write_compare_html
-    from gui.core.session import SessionFileError, load
-
+def compare_sessions(parent: QtWidgets.QWidget) -> ExportJob | None:
+    """Pick two session files and an output file, then compare them in the background (File > Compare)."""
     files, _ = QtWidgets.QFileDialog.getOpenFileNames(parent, "Choose two sessions to compare", "",
                                                       "Ringscope sessions (*.db);;All files (*)")
     if len(files) != 2:
         if files:
             QtWidgets.QMessageBox.information(parent, "Compare sessions",
                                               f"Choose exactly two session files ({len(files)} chosen).")
-        return
+        return None
     target, _ = QtWidgets.QFileDialog.getSaveFileName(parent, "Save comparison", "comparison.html",
-                                                      "HTML (*.html)")
+                                                      "HTML (*.html);;PDF (*.pdf)")
     if not target:
-        return
-    try:
-        reports = [build_report(load(f)) for f in files]
-    except SessionFileError as exc:
-        QtWidgets.QMessageBox.warning(parent, "Compare sessions", str(exc))
-        return
-    write_compare_html(compare(reports[0], reports[1], Path(files[0]).name, Path(files[1]).name), target)
+        return None
+    return exporter_for(parent).start_work("comparison", target,
+                                           compare_work(files[0], files[1], target, _price(parent)))
+
+
+def _price(parent: QtWidgets.QWidget) -> float | None:
+    preferences = getattr(parent, "preferences", None)
+    return getattr(preferences, "price_per_gpu_hour", 0.0) or None

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 from PySide6 import QtCore, QtWidgets
 
+from agent import wire
+from agent.schema import Hello, Step
 from gui.core.analysis import analyze
 from gui.core.cost import estimate_cost
+from gui.core.recorder import Recorder
 from gui.views.qt_cost_panel import QtCostPanel
-from gui.views.qt_report_actions import QtReportExporter
+from gui.views.qt_report_actions import QtReportExporter, compare_work
 from tests.gui.core.test_analysis import make_session
 
 WAIT_MS = 60_000
@@ -89,6 +92,54 @@ def test_failed_export_reports_the_reason(qtbot, tmp_path: Path, monkeypatch: py
     assert "html export to" in failed.args[0] and "missing" in failed.args[0]
 
 
+def _recorded(path: Path, step_s: float) -> str:
+    """A 2-rank session file, written by the real recorder, whose steps all take ``step_s``."""
+    recorder = Recorder(path).start()
+    for rank in (0, 1):
+        hello = Hello("run", f"a{rank}", "host", 10 + rank, rank, rank, 2, 0, [rank], "pytorch", "ddp", "gloo", [],
+                      "0.1.0", "1.0", 1.0, 2.0, 3.0)
+        steps = [Step(rank, i, 10.0 + i * step_s, 10.0 + (i + 1) * step_s, step_s, 0.01, step_s - 0.03, 0.03, 0.02,
+                      32) for i in range(60)]
+        recorder.on_batch(wire.Batch(f"a{rank}", 0, 1.0, (1, 0), [hello, *steps]), 20.0)
+    recorder.close()
+    return str(path)
+
+
+def test_compare_runs_off_the_gui_thread_and_names_both_sessions(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    slow, fast = _recorded(tmp_path / "before.db", 0.2), _recorded(tmp_path / "after.db", 0.1)
+    pool, gate = _gated_pool()
+    exporter = QtReportExporter(None, pool)
+    threads: list[threading.Thread] = []
+    work = compare_work(slow, fast, str(tmp_path / "c.html"), 2.0)
+
+    def spied(progress, cancel):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread())
+        return work(progress, cancel)
+
+    job = exporter.start_work("comparison", str(tmp_path / "c.html"), spied, show_progress=False)
+    with qtbot.waitSignal(job.sig_finished, timeout=WAIT_MS) as finished:
+        gate.open.set()
+    assert finished.args == [[str(tmp_path / "c.html")]]
+    assert threads and threads[0] is not threading.main_thread()
+    text = (tmp_path / "c.html").read_text(encoding="utf-8")
+    assert "before.db" in text and "after.db" in text
+    assert "<td>200.0</td><td>100.0</td><td>down 50.0 %</td><td>B</td>" in text  # mean step time, ms
+    assert "e-1" not in text  # no float residue such as a 3e-15 % "other" share
+
+
+def test_compare_with_a_bad_session_file_says_which_and_why(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    good = _recorded(tmp_path / "good.db", 0.1)
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"not a database at all" * 100)
+    exporter = QtReportExporter(None)
+    job = exporter.start_work("comparison", str(tmp_path / "c.pdf"),
+                              compare_work(good, str(broken), str(tmp_path / "c.pdf"), None), show_progress=False)
+    with qtbot.waitSignal(job.sig_failed, timeout=WAIT_MS) as failed:
+        pass
+    assert "broken.db" in failed.args[0]
+    assert not (tmp_path / "c.pdf").exists()
+
+
 def test_cost_panel_shows_cost_and_waste_by_cause(qtbot) -> None:  # type: ignore[no-untyped-def]
     panel = QtCostPanel()
     qtbot.addWidget(panel)
@@ -100,9 +151,6 @@ def test_cost_panel_shows_cost_and_waste_by_cause(qtbot) -> None:  # type: ignor
     assert f"${cost.waste_cost['allreduce_stall']:.4f}" in panel.waste["allreduce_stall"].text()
     assert "since the last checkpoint" in panel.at_risk.text()
     assert "4 × $3 per GPU-hour (argument)" in panel.price.text()
-    Path("/work/notes/screens").mkdir(parents=True, exist_ok=True)
-    panel.resize(360, 200)
-    assert panel.grab().save("/work/notes/screens/cost_panel.png")
     empty = make_session(ranks=1, steps=0, gpu=False)
     panel.update_from(analyze(empty), estimate_cost(analyze(empty), empty))
     assert panel.total.text() == "no data"
