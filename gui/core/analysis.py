@@ -29,6 +29,8 @@ NETWORK_COMPUTE_SPREAD: Final[float] = 0.10
 """Compute of every rank within 10 % of the median: nobody's compute stands out (network-bound diagnosis)."""
 HARDWARE_CLOCK_RATIO: Final[float] = 0.9
 """SM clock below 90 % of the other GPUs' median counts as a hardware cause."""
+OTHER_RESOLUTION_S: Final[float] = 1e-6
+"""A step's unattributed remainder ("other") smaller than this counts as 0."""
 
 PHASE_NAMES: Final[tuple[str, ...]] = tuple(p.name for p in PHASES)
 
@@ -167,7 +169,9 @@ def phase_seconds(steps: Columns) -> dict[str, np.ndarray]:
     data = np.nan_to_num(steps["data_wait_s"], nan=0.0)
     compute = np.nan_to_num(steps["compute_s"], nan=0.0)
     comm = np.nan_to_num(steps["comm_exposed_s"], nan=0.0)
-    other = np.clip(step - data - compute - comm, 0.0, None)
+    other = step - data - compute - comm
+    # Below a microsecond the remainder is float rounding of the subtraction, not time (it showed up as "3e-15 %").
+    other[other < OTHER_RESOLUTION_S] = 0.0
     return {"data_wait": data, "compute": compute, "comm_exposed": comm, "other": other}
 
 
