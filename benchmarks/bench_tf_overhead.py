@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_ddp_overhead import VARIANTS, WORKLOADS, summarize, summary_rows
+from benchmarks.overhead import WORKLOADS, interleave, summarize, summary_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,25 +135,14 @@ def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int
     steps = {"baseline": plain_loop(), "control": plain_loop(), "instrumented": lambda: runner.run_step(inst_iterator)}
 
     def run_block(variant: str) -> list[float]:
-        cpu_started = time.process_time()
         step, times = steps[variant], []
         for _ in range(block):
             started = time.perf_counter()
             step()
             times.append(time.perf_counter() - started)
-        cpu[variant].append((time.process_time() - cpu_started) / block)
         return times
 
-    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for variant in VARIANTS:  # trace the functions and warm up
-        run_block(variant)
-    cpu = {v: [] for v in VARIANTS}
-    times: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
-    for index in range(rounds):
-        shift = index % len(VARIANTS)  # rotate the order: no variant always follows the same one
-        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-            times[variant].append(run_block(variant))
-        drain()
+    times, cpu = interleave(run_block, rounds, after_round=drain)
     telemetry.close()
     return summarize(times, cpu, f"{dataset} width {width} depth {depth} batch {batch}/replica", block)
 
