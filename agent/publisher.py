@@ -24,6 +24,7 @@ from typing import Final
 import zmq
 
 from agent import wire
+from agent.keys import AgentKeys
 from agent.schema import Health, Hello, Record
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Publisher:
         batch_max: most records per message.
         flush_interval_s: how long records may wait before being sent; an unclean exit loses at most this much.
         send_hwm: messages ZeroMQ may buffer per connection before sends fail (and are counted as drops).
+        keys: CURVE keys of a collector that requires authentication (``agent.keys``); None: plaintext.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Publisher:
         send_hwm: int = 200,
         hello_interval_s: float = 5.0,
         health_interval_s: float = 1.0,
+        keys: AgentKeys | None = None,
     ) -> None:
         if queue_capacity < 1 or batch_max < 1 or flush_interval_s <= 0:
             raise ValueError(
@@ -87,6 +90,7 @@ class Publisher:
         self._send_hwm = send_hwm
         self._hello_interval_s = hello_interval_s
         self._health_interval_s = health_interval_s
+        self._keys = keys
         self._queue: deque[Record] = deque()
         self._dropped = 0  # written by producers (queue full) and the sender (failed sends)
         self._sent_records = 0
@@ -154,6 +158,8 @@ class Publisher:
         # inside ZeroMQ that close() would have to wait for.
         socket.setsockopt(zmq.IMMEDIATE, 1)
         try:
+            if self._keys is not None:
+                self._keys.apply(socket)
             socket.connect(self.endpoint)
         except zmq.ZMQError as exc:
             log.error("ringscope: cannot connect to %s (%s); telemetry is disabled for this process",

@@ -10,6 +10,9 @@ Environment (a launcher sets these so the agents it starts reach its window):
 * ``RINGSCOPE_RUN_ID``    run id shared by all processes of one training (default: ``TORCHELASTIC_RUN_ID`` or
   ``"run-<host>-<start time>"``)
 * ``RINGSCOPE_DISABLE=1`` turn telemetry off (the API keeps working and does nothing)
+* ``RINGSCOPE_KEY`` / ``RINGSCOPE_KEY_FILE`` access token (or a file holding it) of a collector that requires
+  authentication (``agent.keys``); a token that cannot be used turns telemetry off with an error in the log,
+  never plaintext
 * ``RINGSCOPE_DEVICE_INTERVAL_S`` device sampling period (default 0.5)
 * ``RINGSCOPE_PRICE_PER_GPU_HOUR`` optional price, forwarded to the app for cost figures
 
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.devices import DeviceProbe, DeviceSampler
+from agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
 from agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
 from agent.schema import (
     AGENT_VERSION,
@@ -149,6 +153,7 @@ def start(
     devices: Sequence[dict[str, Any]] = (),
     endpoint: str | None = None,
     run_id: str | None = None,
+    keys: AgentKeys | None = None,
     sample_devices: bool = True,
     gpu_indices: Sequence[int] | None = None,
     rank_of_gpu: dict[int, int] | None = None,
@@ -193,13 +198,19 @@ def start(
     )
     if os.environ.get(ENV_DISABLE, "").strip() in {"1", "true", "yes"}:
         return Agent(identity, None, None)
+    if keys is None:
+        try:
+            keys = agent_keys_from_env()
+        except AccessKeyError as exc:  # the training goes on; the user sees why the window gets nothing
+            log.error("ringscope: %s; telemetry is off for this process", exc)
+            return Agent(identity, None, None)
 
     def hello() -> Hello:
         identity.clock_wall_s, identity.clock_mono_s = time.time(), time.monotonic()
         return identity
 
     publisher = Publisher(
-        endpoint, agent_id, hello=hello, queue_capacity=queue_capacity, flush_interval_s=flush_interval_s
+        endpoint, agent_id, hello=hello, queue_capacity=queue_capacity, flush_interval_s=flush_interval_s, keys=keys
     ).start()
     sampler = None
     if sample_devices:

@@ -19,13 +19,16 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
+from agent.keys import ENV_KEY, CollectorKeys
 from gui.core.collector import Collector, CollectorError
+from gui.core.launcher import Launcher, connect_endpoint
 from gui.core.live_analysis import LiveAnalyzer
 from gui.core.recorder import Recorder
 from gui.core.session import load as load_session
 from gui.core.session_data import SessionData
 from gui.core.store import LiveStore
 from gui.views import theme
+from gui.views.qt_cost_panel import QtCostPanel
 from gui.views.qt_main_window import QtMainWindow
 from gui.views.qt_preferences import Preferences, load_preferences
 
@@ -69,17 +72,18 @@ class WindowParts:
 
 def build_window(*, bind: str | None = None, record_to: str | Path | None = None, record: bool = True,
                  preferences: Preferences | None = None, simulate_ranks: int | None = None,
-                 simulate_kwargs: dict[str, Any] | None = None) -> WindowParts:
+                 simulate_kwargs: dict[str, Any] | None = None, keys: CollectorKeys | None = None) -> WindowParts:
     """Build (but do not ``exec``) the window with a running collector. A QApplication must exist.
 
     ``record=False`` keeps the session in memory only. ``simulate_ranks`` feeds the window from
-    ``agent.simulate.run_cluster`` (real agents, real sockets) in a background thread.
+    ``agent.simulate.run_cluster`` (real agents, real sockets) in a background thread. ``keys`` makes the
+    collector require CURVE; the trainings the window launches (and the simulation) get the access token.
     """
     prefs = preferences or load_preferences()
     if bind:
         prefs = replace(prefs, endpoint=bind)
     store = LiveStore(lost_timeout_s=prefs.lost_timeout_s)
-    collector = Collector(prefs.endpoint, sinks=[store])
+    collector = Collector(prefs.endpoint, sinks=[store], keys=keys)
     recorder: Recorder | None = None
     if record:
         path = Path(record_to) if record_to else default_session_path()
@@ -92,7 +96,8 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
         if recorder is not None:
             recorder.close()
         raise
-    launcher = _make_launcher(collector.endpoint)
+    launcher = Launcher(connect_endpoint(collector.endpoint),
+                        agent_env={ENV_KEY: keys.agent_keys.token} if keys is not None else None)
     session_source = _session_source(store, recorder)
     window_ref: list[QtMainWindow] = []
 
@@ -102,18 +107,18 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
 
     analyzer = LiveAnalyzer(session_source, price)
     window = QtMainWindow(store, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
-                          launcher=launcher, cost_panel=_make_cost_panel(), analyzer=analyzer,
+                          launcher=launcher, cost_panel=QtCostPanel(), analyzer=analyzer,
                           session_source=session_source)
     window_ref.append(window)
     analyzer.start()
     parts = WindowParts(window, store, collector, recorder, launcher, analyzer)
     if simulate_ranks:
-        parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {})
+        parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {}, keys)
     return parts
 
 
 def run(*, bind: str | None = None, record_to: str | None = None, demo: object | None = None,
-        simulate_ranks: int | None = None) -> int:
+        simulate_ranks: int | None = None, keys: CollectorKeys | None = None) -> int:
     """Open the window and run the Qt event loop until it closes. Returns the process exit code."""
     problem = missing_display()
     if problem:
@@ -125,7 +130,8 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
     prefs = load_preferences()
     theme.apply_theme(app, prefs.theme)  # before any plot is created: pyqtgraph reads its defaults then
     try:
-        parts = build_window(bind=bind, record_to=record_to, preferences=prefs, simulate_ranks=simulate_ranks)
+        parts = build_window(bind=bind, record_to=record_to, preferences=prefs, simulate_ranks=simulate_ranks,
+                             keys=keys)
     except CollectorError as exc:
         QtWidgets.QMessageBox.critical(None, "Ringscope", f"{exc}\n\nStart with --bind tcp://127.0.0.1:0 to pick a "
                                                           "free port, or close the other Ringscope window.")
@@ -175,36 +181,16 @@ def _session_source(store: LiveStore, recorder: Recorder | None) -> Callable[[],
     return lambda: load_session(path)
 
 
-def _make_cost_panel() -> QtWidgets.QWidget | None:
-    try:
-        from gui.views.qt_cost_panel import QtCostPanel
-    except ImportError:
-        return None
-    return QtCostPanel()
-
-
-def _make_launcher(endpoint: str) -> Any:
-    try:
-        from gui.core.launcher import Launcher, connect_endpoint
-    except ImportError:
-        return None
-    try:
-        # Agents must connect to an address, not to the wildcard the window may be bound to (tcp://0.0.0.0:...).
-        return Launcher(connect_endpoint(endpoint))
-    except Exception:
-        log.exception("launcher could not be created; launch actions stay disabled")
-        return None
-
-
 def _start_demo(parts: WindowParts, demo: object) -> None:
-    if parts.launcher is None:
-        QtWidgets.QMessageBox.warning(parts.window, "Ringscope demo", "The launcher is not available in this build.")
-        return
     parts.window.start_launch(demo)
 
 
-def _start_simulation(parts: WindowParts, ranks: int, kwargs: dict[str, Any]) -> threading.Thread:
+def _start_simulation(parts: WindowParts, ranks: int, kwargs: dict[str, Any], keys: CollectorKeys | None
+                      ) -> threading.Thread:
     from agent.simulate import run_cluster
+
+    if keys is not None:  # the simulated agents (threads and child processes) read their token from here
+        os.environ[ENV_KEY] = keys.agent_keys.token
 
     def body() -> None:
         try:

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "info": "gui.commands.info",
     "report": "gui.commands.report",
     "compare": "gui.commands.compare",
+    "keys": "gui.commands.keys",
 }
 
 

@@ -1,6 +1,6 @@
 """Open the window and start a real 2-rank demo training (PyTorch DDP reference trainer, a straggler included).
 
-    ringscope demo [--bind tcp://127.0.0.1:5757] [--record demo.db] [--steps 600]
+    ringscope demo [--bind tcp://127.0.0.1:5757] [--record demo.db] [--steps 600] [--secure]
 
 The window binds the collector, then starts the demo through its launcher once it is shown; the process panel shows
 the ranks' output. Without a GPU the demo runs on the CPU (gloo); with two or more GPUs on CUDA (NCCL).
@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from agent.publisher import DEFAULT_ENDPOINT
+from gui.commands.keys import add_secure_arguments, secure_keys
 from gui.core.launcher import DEMO_STEPS, check_bindable, demo_spec, validate
 
 
@@ -23,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also record the session to this SQLite file")
     parser.add_argument("--steps", type=int, default=DEMO_STEPS,
                         help=f"training steps of the demo (default {DEMO_STEPS}, about a minute or two on a CPU)")
+    add_secure_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         print("ringscope demo cannot start:\n" + "\n".join(f"  - {e}" for e in errors), file=sys.stderr)
         return 2
+    keys, code = secure_keys(args, "demo")
+    if code:
+        return code
     from gui import app  # Qt only now: the checks above work (and fail clearly) without a display
 
-    return int(app.run(bind=args.bind, record_to=args.record, demo=spec))
+    return int(app.run(bind=args.bind, record_to=args.record, demo=spec, keys=keys))

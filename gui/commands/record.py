@@ -14,6 +14,7 @@ import threading
 import time
 from types import FrameType
 
+from gui.commands.keys import add_secure_arguments, secure_keys
 from gui.core.collector import DEFAULT_BIND, Collector, CollectorError
 from gui.core.recorder import Recorder
 
@@ -27,17 +28,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress-s", type=float, default=5.0, metavar="S",
                         help="seconds between progress lines on stderr (0: none)")
     parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
+    add_secure_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Record until interrupted; 0 on a clean stop, 2 when the file or endpoint cannot be used."""
+    """Record until interrupted; 0 on a clean stop, 2 when the file, endpoint or key file cannot be used."""
+    keys, code = secure_keys(args, "record")
+    if code:
+        return code
     recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)})
     try:
         recorder.start()
     except (OSError, ValueError) as exc:
         print(f"ringscope record: cannot create {args.out}: {exc}", file=sys.stderr)
         return 2
-    collector = Collector(args.bind, [recorder])
+    collector = Collector(args.bind, [recorder], keys=keys)
     try:
         collector.start()
     except CollectorError as exc:

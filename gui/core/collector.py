@@ -21,8 +21,11 @@ from dataclasses import replace
 from typing import Final
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import monitor as zmq_monitor
 
 from agent import wire
+from agent.keys import CollectorKeys
 from gui.core.ingest import Gap, IngestCounters, IngestSink, Rejection
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ WANTED_OPEN_FILES: Final[int] = 4096
 _POLL_MS: Final[int] = 100  # how long close() may wait for the loop to notice
 _DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-checking the stop flag
 _LOG_EVERY_S: Final[float] = 10.0  # rate limit of repeated warnings (per reason)
+_HANDSHAKE_FAILED: Final[int] = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                 | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 class CollectorError(RuntimeError):
@@ -49,10 +54,16 @@ class Collector:
         bind: ZeroMQ endpoint to bind, e.g. ``tcp://127.0.0.1:5757``; port ``0`` or ``*`` picks a free port
             (read it back from ``endpoint``).
         sinks: consumers called on the receive thread (``add_sink`` adds more, before or after ``start``).
+        keys: require CURVE (``agent.keys``): connections are encrypted and only agents holding
+            ``keys.agent_keys.token`` get in; failed handshakes are counted as rejected ("unauthenticated").
     """
 
-    def __init__(self, bind: str = DEFAULT_BIND, sinks: Sequence[IngestSink] = ()) -> None:
+    def __init__(self, bind: str = DEFAULT_BIND, sinks: Sequence[IngestSink] = (),
+                 keys: CollectorKeys | None = None) -> None:
         self._bind = bind
+        self._keys = keys
+        self._authenticator: ThreadAuthenticator | None = None
+        self._monitor: zmq.Socket | None = None
         self._sinks: tuple[IngestSink, ...] = tuple(sinks)
         self._lock = threading.Lock()  # guards _counters (written by the loop, copied by readers)
         self._counters = IngestCounters()
@@ -86,11 +97,12 @@ class Collector:
         # Only a guard against absurd sizes: ZeroMQ silently disconnects a peer over MAXMSGSIZE, so the real
         # limit (wire.MAX_MESSAGE_BYTES) is enforced by decode, where an oversized message is counted.
         socket.setsockopt(zmq.MAXMSGSIZE, 16 * wire.MAX_MESSAGE_BYTES)
+        if self._keys is not None:
+            self._secure(context, socket, self._keys)
         try:
             socket.bind(_zmq_endpoint(self._bind))
         except zmq.ZMQError as exc:
-            socket.close(0)
-            context.term()
+            self._release(context, socket)
             hint = "; choose another --bind" if exc.errno == errno.EADDRINUSE else ""
             what = "address in use" if exc.errno == errno.EADDRINUSE else str(exc)
             raise CollectorError(f"cannot bind {self._bind}: {what}{hint}") from None
@@ -123,16 +135,61 @@ class Collector:
             if self._thread.is_alive():
                 log.warning("collector thread did not stop within %.1f s (a sink is blocking?)", timeout_s)
                 return  # the thread still owns the socket; it is a daemon and dies with the process
-        if self._socket is not None:
-            self._socket.close(0)
         if self._context is not None:
-            self._context.term()
+            self._release(self._context, self._socket)
+
+    @property
+    def secure(self) -> bool:
+        """Whether agents must authenticate (CURVE)."""
+        return self._keys is not None
 
     def __enter__(self) -> Collector:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---- CURVE ---------------------------------------------------------------------------------------------------
+
+    def _secure(self, context: zmq.Context, socket: zmq.Socket, keys: CollectorKeys) -> None:
+        """Make ``socket`` a CURVE server that admits only ``keys.client_public`` (checked by a ZAP handler), and
+        watch its failed handshakes (wrong key, plaintext agent) so they are counted, not silent."""
+        allowed = keys.client_public.encode()
+
+        class _AllowList:
+            def callback(self, domain: str, client_key: bytes) -> bool:
+                return client_key == allowed
+
+        authenticator = ThreadAuthenticator(context, log=logging.getLogger(__name__ + ".zap"))
+        authenticator.start()
+        authenticator.configure_curve_callback("*", credentials_provider=_AllowList())
+        self._authenticator = authenticator
+        keys.apply(socket)
+        self._monitor = socket.get_monitor_socket(_HANDSHAKE_FAILED)
+
+    def _release(self, context: zmq.Context, socket: zmq.Socket | None) -> None:
+        if self._monitor is not None:
+            self._monitor.close(0)
+        if socket is not None:
+            if self._keys is not None:
+                socket.disable_monitor()
+            socket.close(0)
+        if self._authenticator is not None:
+            self._authenticator.stop()
+        context.term()
+
+    def _handshake_failed(self) -> None:
+        assert self._monitor is not None
+        while True:
+            try:
+                event = zmq_monitor.recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            where = event.get("endpoint", b"")
+            where_text = where.decode(errors="replace") if isinstance(where, bytes) else str(where)
+            self._reject("unauthenticated", f"a connection to {where_text or self._endpoint} failed the CURVE "
+                         "handshake: the agent has no RINGSCOPE_KEY or a wrong one (give it this collector's "
+                         "access token)", time.time(), 0)
 
     # ---- Receive thread ------------------------------------------------------------------------------------------
 
@@ -141,10 +198,15 @@ class Collector:
         assert socket is not None
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
         while not self._stop.is_set():
             try:
-                if not poller.poll(_POLL_MS):
+                ready = dict(poller.poll(_POLL_MS))
+                if not ready:
                     continue
+                if self._monitor is not None and self._monitor in ready:
+                    self._handshake_failed()
                 for _ in range(_DRAIN_MAX):
                     try:
                         # Agents send one frame per message; a stray multi-part message is read frame by frame
@@ -208,7 +270,8 @@ class Collector:
         with self._lock:
             rejected = self._counters.rejected
             rejected[reason] = rejected.get(reason, 0) + 1
-        self._warn(f"rejected:{reason}", f"rejected a {size}-byte message ({reason}): {detail}")
+        what = f"a {size}-byte message" if size else "a connection"
+        self._warn(f"rejected:{reason}", f"rejected {what} ({reason}): {detail}")
         self._fan_out("on_rejection", Rejection(reason, detail, recv_s, size))
 
     def _fan_out(self, method: str, *args: object) -> None:

@@ -48,15 +48,16 @@ class ProcessPlan:
 
 # ---- Public API --------------------------------------------------------------------------------------------------
 
-def build_commands(spec: LaunchSpec, endpoint: str) -> list[ProcessPlan]:
+def build_commands(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | None = None) -> list[ProcessPlan]:
     """The processes that ``spec`` starts, each reporting to ``endpoint``. Call ``validate(spec)`` first.
 
     The spec's run id is used (a fresh one if it has none); every process gets ``RINGSCOPE_ENDPOINT``,
-    ``RINGSCOPE_RUN_ID`` and ``PYTHONUNBUFFERED=1`` so its output reaches the process panel line by line.
+    ``RINGSCOPE_RUN_ID``, ``PYTHONUNBUFFERED=1`` (so its output reaches the process panel line by line) and
+    ``agent_env`` (e.g. the collector's access token).
     """
     run_id = spec.run_id or new_run_id()
     base_env = dict(spec.env)
-    base_env.update({ENV_ENDPOINT: endpoint, ENV_RUN_ID: run_id, "PYTHONUNBUFFERED": "1"})
+    base_env.update({ENV_ENDPOINT: endpoint, ENV_RUN_ID: run_id, "PYTHONUNBUFFERED": "1", **(agent_env or {})})
     if spec.uses_reference:
         # Reference trainers are a package of this project: make them importable whatever the working directory.
         base_env["PYTHONPATH"] = os.pathsep.join(

@@ -51,9 +51,12 @@ class Run:
 class Launcher:
     """Starts trainings that report to ``endpoint`` (the window's collector) and manages their processes."""
 
-    def __init__(self, endpoint: str, buffer_lines: int = 2000) -> None:
+    def __init__(self, endpoint: str, buffer_lines: int = 2000, agent_env: dict[str, str] | None = None) -> None:
         self.endpoint = endpoint
         self.buffer_lines = buffer_lines
+        # Added to every launched process after the spec's own environment, e.g. the access token
+        # (RINGSCOPE_KEY) of a collector that requires authentication.
+        self.agent_env = dict(agent_env or {})
         self._runs: list[Run] = []
 
     # ---- Public API ------------------------------------------------------------------------------------------
@@ -88,7 +91,7 @@ class Launcher:
         assert spec.run_id is not None
         run = Run(spec.run_id, spec)
         self._runs.append(run)
-        for plan in build_commands(spec, self.endpoint):
+        for plan in build_commands(spec, self.endpoint, self.agent_env):
             run.processes.append(ManagedProcess(plan, spec.run_id, self.buffer_lines))
         return run
 

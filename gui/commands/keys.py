@@ -1,0 +1,72 @@
+"""Print the access token agents need to reach a collector started with ``--secure``: ringscope keys.
+
+    ringscope keys [--key-file F] [--export]
+
+Creates the collector's keys on first use. Give the token to the trainings (``RINGSCOPE_KEY=...``), or point them
+at the token file on a shared file system (``RINGSCOPE_KEY_FILE=...``); trainings launched from the window get
+it automatically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.keys import CollectorKeys
+
+
+def add_secure_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--secure`` and ``--key-file`` for the commands that run a collector (window, demo, record)."""
+    parser.add_argument("--secure", action="store_true",
+                        help="require agents to authenticate and encrypt telemetry (ZeroMQ CURVE); agents need "
+                             "the access token (`ringscope keys`); trainings launched from the window get it")
+    parser.add_argument("--key-file", metavar="F", help="collector key file for --secure (default "
+                                                        "~/.local/share/ringscope/collector-keys.json)")
+
+
+def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys | None, int]:
+    """The collector keys ``args`` ask for (None without ``--secure``) and 0, or (None, 2) after printing why the
+    key file cannot be used. Also tells where the agents' token is."""
+    if not getattr(args, "secure", False):
+        return None, 0
+    from agent.keys import AccessKeyError
+    from gui.core.access import ENV_KEY_FILE, collector_keys, write_agent_token
+
+    try:
+        keys = collector_keys(args.key_file)
+    except AccessKeyError as exc:
+        print(f"ringscope {command}: {exc}", file=sys.stderr)
+        return None, 2
+    print(f"ringscope {command}: agents must authenticate (CURVE); give them {ENV_KEY_FILE}="
+          f"{write_agent_token(keys, args.key_file)} or the token from `ringscope keys`", file=sys.stderr)
+    return keys, 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ringscope keys``."""
+    parser.add_argument("--key-file", metavar="F", help="collector key file (default "
+                                                        "~/.local/share/ringscope/collector-keys.json)")
+    parser.add_argument("--export", action="store_true", help="print only `export RINGSCOPE_KEY=...` (for eval)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the token (and where it is stored); exit 2 when the key file is unusable."""
+    from agent.keys import AccessKeyError
+    from gui.core.access import ENV_KEY, ENV_KEY_FILE, collector_keys, default_key_path, write_agent_token
+
+    try:
+        keys = collector_keys(args.key_file)
+    except AccessKeyError as exc:
+        print(f"ringscope keys: {exc}", file=sys.stderr)
+        return 2
+    token_file = write_agent_token(keys, args.key_file)
+    if args.export:
+        print(f"export {ENV_KEY}={shlex.quote(keys.agent_keys.token)}")
+        return 0
+    print(f"collector keys: {args.key_file or default_key_path()}")
+    print(f"agents: {ENV_KEY_FILE}={token_file}   (or {ENV_KEY}=<the token below>)")
+    print(keys.agent_keys.token)
+    return 0
