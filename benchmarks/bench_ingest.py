@@ -1,27 +1,34 @@
 """Ingest throughput: N simulated ranks x R steps/s -> collector + recorder (this process) -> SQLite.
 
 Reports records/s decoded and recorded, loss (sent by the agents vs recorded; gaps), and the CPU of the
-collector process (this one: the simulated ranks run in their own processes).
+collector process (this one: the simulated ranks run in their own processes). The ``(secure)`` rows run the same
+load through a ``--secure`` collector (CURVE encryption + authentication): compare their CPU per record.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from agent.keys import ENV_KEY, CollectorKeys
 from agent.simulate import run_cluster
 from gui.core.collector import Collector
 from gui.core.recorder import Recorder
 
 
-def measure(ranks: int, steps_per_second: float, duration_s: float) -> list[dict[str, Any]]:
+def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool = False) -> list[dict[str, Any]]:
     """One run; rows named after its size."""
+    keys = CollectorKeys.generate() if secure else None
+    previous_token = os.environ.pop(ENV_KEY, None)
+    if keys is not None:  # the simulator's processes inherit it, as launched trainings do
+        os.environ[ENV_KEY] = keys.agent_keys.token
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.db"
         recorder = Recorder(path).start()
-        collector = Collector("tcp://127.0.0.1:0", [recorder]).start()
+        collector = Collector("tcp://127.0.0.1:0", [recorder], keys=keys).start()
         cpu_start, wall_start = time.process_time(), time.monotonic()
         try:
             result = run_cluster(ranks, endpoint=collector.endpoint, steps_per_second=steps_per_second,
@@ -33,9 +40,12 @@ def measure(ranks: int, steps_per_second: float, duration_s: float) -> list[dict
         finally:
             collector.close()
             recorder.close(60)
+            os.environ.pop(ENV_KEY, None)
+            if previous_token is not None:
+                os.environ[ENV_KEY] = previous_token
         counters = collector.counters
         file_mb = path.stat().st_size / 1e6
-    size = f"{ranks} ranks x {steps_per_second:g} steps/s"
+    size = f"{ranks} ranks x {steps_per_second:g} steps/s" + (" (secure)" if secure else "")
     lost = result.sent_records - recorder.rows_written
     return [
         {"benchmark": "ingest", "metric": f"{size}: records recorded per s",
@@ -56,8 +66,9 @@ def measure(ranks: int, steps_per_second: float, duration_s: float) -> list[dict
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Quick: 64 ranks x 100 steps/s for 3 s. Full: also 1024 ranks x 100 steps/s for 5 s."""
-    rows = measure(64, 100, 3.0)
+    """Quick: 64 ranks x 100 steps/s for 3 s, plain and secure. Full: also 1024 ranks x 100 steps/s for 5 s, plain
+    and secure."""
+    rows = measure(64, 100, 3.0) + measure(64, 100, 3.0, secure=True)
     if not quick:
-        rows += measure(1024, 100, 5.0)
+        rows += measure(1024, 100, 5.0) + measure(1024, 100, 5.0, secure=True)
     return rows
