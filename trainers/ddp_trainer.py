@@ -153,8 +153,12 @@ def _train(args: argparse.Namespace, device: torch.device) -> int:
     torch.manual_seed(args.seed)
     data = common.load_dataset(args.dataset, seed=args.seed, model_width=args.model_width)
     model = build_model(data.num_features, data.num_classes, args.model_width, args.model_depth).to(device)
+    # Gradients as views into DDP's buckets (PyTorch's advice: less memory, no copy). With a comm hook, as here,
+    # it also matters for speed: without it DDP copies each gradient into its bucket and the hook then divides
+    # the bucket in a second pass; with it the hook's division is the only pass, as in DDP without a hook.
     ddp = DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_mb
+        model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_mb,
+        gradient_as_bucket_view=True,
     )
     if device.type == "cpu":
         ddp._set_ddp_runtime_logging_sample_rate(1)  # cross-check figures every step (on CUDA this would sync)

@@ -16,8 +16,10 @@ or ``with probe.step(samples=n) as s: ...; s.loss = loss``. Options of ``instrum
   with its ``PowerSGDState``...). Ringscope *wraps* it (DDP allows one hook); without one (or with PyTorch's
   ``allreduce_hook``) it installs plain all-reduce with the timing fused in (``hook.timed_allreduce_hook``: same
   gradients as ``allreduce_hook``, one Python callback per bucket). Like every DDP comm hook, that hook divides the
-  bucket by the world size in a pass of its own, which DDP's built-in C++ all-reduce folds into its gradient copy:
-  on a CPU that pass is the main per-step cost on large models (~0.2 ms per million parameters measured here).
+  bucket by the world size in a pass of its own, which DDP's built-in C++ all-reduce folds into its gradient copy.
+  Build DDP with ``gradient_as_bucket_view=True`` (PyTorch's advice anyway) and that copy does not exist, so the
+  division is again the only pass; without it, on a CPU, the extra pass is the main per-step cost on large models
+  (~0.2 ms per million parameters measured here; a short kernel on a GPU).
   ``comm_hook_for("fp16"|"bf16"|"powersgd"|"none")`` returns the built-in pairs.
 * ``to_device=device`` moves each batch there inside the timed ``next()`` (its synchronous part is data wait).
 * ``agent=`` an ``agent.Agent`` you started yourself; otherwise one is started from torchrun's environment
