@@ -7,16 +7,18 @@ and ``trainers.common`` data, batch 32 per rank), one after the other in the sam
   per-step cost;
 * ``realistic``: ``--dataset synthetic --model-width 1024 --model-depth 4``: a ~30-60 ms CPU step, several buckets.
 
-Each workload holds three identical DDP models (same seed):
+Each workload holds four identical DDP models (same seed, ``gradient_as_bucket_view=True`` as in the trainer):
 
 * ``baseline``: plain DDP (its built-in C++ all-reduce, no Python comm hook), plain batch list;
 * ``control``: a second plain DDP model, measured exactly like the baseline. control / baseline is an A/A ratio:
   its spread is the noise floor of this machine at this moment, so an instrumented ratio inside it is not a
   measured overhead;
 * ``instrumented``: ``agent.torch_ddp.instrument`` (timing all-reduce hook, timed loader, ``step_done`` with the
-  loss tensor) reporting every step through a real agent to a real ZeroMQ PULL socket bound by the parent.
+  loss tensor) reporting every step through a real agent to a real ZeroMQ PULL socket bound by the parent;
+* ``python_hook``: plain DDP with PyTorch's own Python ``allreduce_hook`` and no agent: what any Python comm hook
+  costs over DDP's C++ one, so the instrumented ratio can be read against that floor.
 
-The three run in blocks of a few steps, the order rotating every round so that load and cache effects hit all
+The four run in blocks of a few steps, the order rotating every round so that load and cache effects hit all
 alike. A step is timed from before its batch is taken to after ``step_done`` (baseline: after ``zero_grad``).
 Reported per workload: the median over rounds of (median instrumented step / median baseline step) with its
 interquartile range, the same for the A/A control, the baseline's median step, and the extra time per step (median
@@ -39,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.overhead import VARIANTS, WORKLOADS, interleave, summarize, summary_rows
+
+DDP_VARIANTS = (*VARIANTS, "python_hook")
 
 ROOT = Path(__file__).resolve().parents[1]
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -101,6 +105,7 @@ def _measure(name: str, spec: tuple[str, int, int, int, tuple[int, int], int], q
     import torch
     import torch.distributed as dist
     from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     from agent.torch_ddp import instrument
@@ -116,12 +121,13 @@ def _measure(name: str, spec: tuple[str, int, int, int, tuple[int, int], int], q
     batches = [(torch.from_numpy(x_train[order[i : i + batch]]), torch.from_numpy(y_train[order[i : i + batch]]))
                for i in range(0, batch * block, batch)]
     models = {}
-    for variant in VARIANTS:
+    for variant in DDP_VARIANTS:
         torch.manual_seed(0)
         # As the reference trainer builds it (see there): gradients are views into DDP's buckets.
         models[variant] = DistributedDataParallel(build_model(data.num_features, data.num_classes, width, depth),
                                                   gradient_as_bucket_view=True)
     probe = instrument(models["instrumented"], batches)
+    models["python_hook"].register_comm_hook(None, default_hooks.allreduce_hook)
     optimizers = {v: torch.optim.SGD(m.parameters(), lr=0.01) for v, m in models.items()}
     loss_fn = nn.CrossEntropyLoss()
 
@@ -142,7 +148,7 @@ def _measure(name: str, spec: tuple[str, int, int, int, tuple[int, int], int], q
             times.append(time.perf_counter() - started)
         return times
 
-    times, cpu = interleave(run_block, rounds)
+    times, cpu = interleave(run_block, rounds, variants=DDP_VARIANTS)
     probe.close()
     return summarize(times, cpu, f"{dataset} width {width} depth {depth} batch {batch}/rank", block)
 

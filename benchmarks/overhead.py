@@ -2,6 +2,8 @@
 
 Three variants run in blocks of steps, interleaved round after round with the order rotated, so machine noise hits
 them alike: ``baseline`` (no agent), ``control`` (an identical baseline: the A/A noise floor) and ``instrumented``.
+A benchmark may add variants of its own (DDP adds ``python_hook``: PyTorch's own Python ``allreduce_hook``, no
+agent), reported against the baseline the same way.
 """
 
 from __future__ import annotations
@@ -17,27 +19,28 @@ WORKLOADS: dict[str, tuple[str, int, int, int, tuple[int, int], int]] = {
     "realistic": ("synthetic", 1024, 4, 32, (30, 100), 4),
 }
 VARIANTS = ("baseline", "control", "instrumented")
-
-
+OTHER_VARIANTS: dict[str, str] = {
+    "python_hook": "PyTorch's own Python allreduce_hook, no agent (the floor of any Python comm hook)",
+}
 
 StepTimes = dict[str, list[list[float]]]
 """By variant: one list of step times (s) per round."""
 
 
-def interleave(run_block: Callable[[str], list[float]], rounds: int,
-               after_round: Callable[[], None] | None = None) -> tuple[StepTimes, dict[str, list[float]]]:
+def interleave(run_block: Callable[[str], list[float]], rounds: int, after_round: Callable[[], None] | None = None,
+               variants: tuple[str, ...] = VARIANTS) -> tuple[StepTimes, dict[str, list[float]]]:
     """Warm each variant up once, then run ``rounds`` rounds of one block per variant in rotating order.
 
     ``run_block(variant)`` runs one block and returns its step times. Returns the step times per round and the
     process CPU seconds per step (all threads: comm, callbacks, the agent's sender) per round, by variant.
     """
-    for variant in VARIANTS:  # warm-up: first-iteration bucket rebuild or tracing, allocator, caches
+    for variant in variants:  # warm-up: first-iteration bucket rebuild or tracing, allocator, caches
         run_block(variant)
-    times: StepTimes = {v: [] for v in VARIANTS}
-    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    times: StepTimes = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
     for index in range(rounds):
-        shift = index % len(VARIANTS)  # rotate the order: no variant always follows the same one
-        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+        shift = index % len(variants)  # rotate the order: no variant always follows the same one
+        for variant in variants[shift:] + variants[:shift]:
             cpu_started = time.process_time()
             block = run_block(variant)
             cpu[variant].append((time.process_time() - cpu_started) / len(block))
@@ -70,6 +73,12 @@ def summary_rows(benchmark: str, workload: str, result: dict[str, Any], setup: s
          "value": result["extra_cpu_s"] * 1e6, "unit": "µs",
          "note": "process CPU time (all threads: comm, callbacks, sender) instrumented - baseline per step, "
                  f"median over rounds; control: {result['control_cpu_s'] * 1e6:.0f} µs"},
+    ] + [
+        {"benchmark": benchmark, "metric": f"{workload}_{variant}_ratio_median", "value": other["ratio_quartiles"][1],
+         "unit": "x", "note": f"{OTHER_VARIANTS.get(variant, variant)} vs baseline, same run; IQR "
+                              f"{other['ratio_quartiles'][0]:.4f}..{other['ratio_quartiles'][2]:.4f}; extra CPU "
+                              f"{other['extra_cpu_s'] * 1e6:.0f} µs per step"}
+        for variant, other in result.get("others", {}).items()
     ]
 
 
@@ -96,4 +105,8 @@ def summarize(times: dict[str, list[list[float]]], cpu: dict[str, list[float]], 
         "extra_p25_s": p25("instrumented") - p25("baseline"), "control_p25_s": p25("control") - p25("baseline"),
         "extra_cpu_s": statistics.median(i - b for i, b in zip(cpu["instrumented"], cpu["baseline"], strict=True)),
         "control_cpu_s": statistics.median(c - b for c, b in zip(cpu["control"], cpu["baseline"], strict=True)),
+        "others": {v: {"ratio_quartiles": statistics.quantiles(
+                           [statistics.median(r) / b for r, b in zip(times[v], base, strict=True)], n=4),
+                       "extra_cpu_s": statistics.median(o - b for o, b in zip(cpu[v], cpu["baseline"], strict=True))}
+                   for v in times if v not in VARIANTS},
     }
