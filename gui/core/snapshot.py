@@ -92,6 +92,7 @@ class Snapshot:
     gaps: np.ndarray
     bucket_s: float
     bucket_start_s: np.ndarray
+    bucket_stamp: np.ndarray  # per bucket: changes whenever that bucket's heat column changes (views redo only those)
     heat_step_s: np.ndarray
     heat_data_wait_share: np.ndarray
     heat_comm_exposed_share: np.ndarray
@@ -167,6 +168,7 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         recent_step_s=readonly(r_step), recent_data_wait_s=readonly(r_data), recent_compute_s=readonly(r_comp),
         recent_comm_exposed_s=readonly(r_comm), drops=readonly(raw["drops"]), gaps=readonly(raw["gaps"]),
         bucket_s=bucket_s, bucket_start_s=readonly(bucket_start),
+        bucket_stamp=readonly(raw["bucket_stamp"]),
         heat_step_s=readonly(heat["step_s"]), heat_data_wait_share=readonly(heat["data_wait_s"]),
         heat_comm_exposed_share=readonly(heat["comm_exposed_s"]),
         heat_compute_share=readonly(heat["compute_s"]),

@@ -74,6 +74,8 @@ class QtGpuPanel(QtWidgets.QWidget):
         self._bar_names: list[str] = []
         self._bar_values: list[tuple[float, float]] = []
         self._labels_for_cpu: bool | None = None
+        self._names_key: tuple[tuple[str, int, int | None], ...] = ()
+        self._names: list[str] = []
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -105,11 +107,21 @@ class QtGpuPanel(QtWidgets.QWidget):
                    for h in snap.host_states]
             series = [(h.ts_s, h.cpu_pct) for h in snap.host_states]
         else:
-            names = [f"{g.host}:{g.gpu_index}" + (f" (rank {g.rank})" if g.rank is not None else "") for g in snap.gpus]
-            util = [float(g.util_pct[-1]) if g.util_pct.size else np.nan for g in snap.gpus]
-            mem = [100.0 * float(g.mem_used_bytes[-1]) / g.mem_total_bytes if g.mem_used_bytes.size
-                   and np.isfinite(g.mem_total_bytes) and g.mem_total_bytes > 0 else np.nan for g in snap.gpus]
-            series = [(g.ts_s, g.util_pct) for g in snap.gpus]
+            gpus = snap.gpus
+            # names change only when GPUs appear: formatting 1024 of them every redraw costs ~2 ms
+            key = tuple((g.host, g.gpu_index, g.rank) for g in gpus)
+            if key != self._names_key:
+                self._names_key = key
+                self._names = [f"{host}:{index}" + (f" (rank {rank})" if rank is not None else "")
+                               for host, index, rank in key]
+            names = self._names
+            util = np.fromiter((g.util_pct[-1] if g.util_pct.size else np.nan for g in gpus), float, len(gpus))
+            used = np.fromiter((g.mem_used_bytes[-1] if g.mem_used_bytes.size else np.nan for g in gpus), float,
+                               len(gpus))
+            total = np.fromiter((g.mem_total_bytes for g in gpus), float, len(gpus))
+            with np.errstate(all="ignore"):
+                mem = np.where(np.isfinite(total) & (total > 0), 100.0 * used / total, np.nan)
+            series = [(g.ts_s, g.util_pct) for g in gpus]
         self._render_bars(names, np.array(util, float), np.array(mem, float))
         self._render_series(series, snap.now_s)
 
@@ -180,13 +192,18 @@ def _bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.n
     if not series:
         return np.zeros((0, WINDOW_S))
     # one pass over all GPUs' readings together: per-GPU numpy calls cost ~7 ms with 1024 GPUs
-    lengths = np.fromiter((ts.size for ts, _ in series), np.int64, len(series))
-    ts = np.concatenate([ts for ts, _ in series])
-    values = np.concatenate([v for _, v in series])
-    owner = np.repeat(np.arange(len(series)), lengths)
-    idx = np.floor(ts - (now - WINDOW_S))
-    keep = (idx >= 0) & (idx < WINDOW_S) & np.isfinite(values)
-    flat = owner[keep] * WINDOW_S + idx[keep].astype(np.int64)
+    # only the readings inside the window (each series is oldest first): ~2/5 of what the store keeps
+    start = now - WINDOW_S
+    tails = [(ts[first:], v[first:]) for ts, v in series for first in (int(np.searchsorted(ts, start)),)]
+    lengths = np.fromiter((ts.size for ts, _ in tails), np.int64, len(tails))
+    # in place and in int32 where possible: every 2 MB temporary here is ~500 page faults (~1 ms on this VM)
+    offset = np.concatenate([ts for ts, _ in tails])
+    values = np.concatenate([v for _, v in tails])
+    np.subtract(offset, start, out=offset)
+    np.floor(offset, out=offset)
+    keep = (offset >= 0) & (offset < WINDOW_S) & np.isfinite(values)
+    flat = np.repeat(np.arange(0, size, WINDOW_S, dtype=np.int32), lengths)[keep]
+    flat += offset[keep].astype(np.int32)
     sums = np.bincount(flat, values[keep], minlength=size)
     counts = np.bincount(flat, minlength=size)
     with np.errstate(all="ignore"):

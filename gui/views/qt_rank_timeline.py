@@ -110,8 +110,10 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.heat_hover = HoverReadout(self.heat_plot, self._describe_cell)
         self._snap: Snapshot | None = None
         self._x = np.zeros(0)
-        self._values = np.zeros((0, 0))
-        self._pct_cache: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros((3, 0)))
+        self._shares = np.zeros((0, 0), np.float32)  # the snapshot's ranks x buckets shares (0..1), not copied
+        # Per-bucket results of the last heatmap, by the bucket's stamp (it changes whenever the column does): a
+        # frame recomputes only the columns that changed (~1 of 300), not 300 k cells.
+        self._cols = _HeatColumns()
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -123,7 +125,7 @@ class QtRankTimeline(QtWidgets.QWidget):
     def render(self, snap: Snapshot) -> None:
         """Show one snapshot."""
         self._snap = snap
-        self._values = 100.0 * getattr(snap, self._field)
+        self._shares = getattr(snap, self._field)
         self._x = seconds_ago(snap.bucket_start_s, snap.bucket_s, snap.now_s)
         if len(snap.ranks) > MAX_LINES:
             self.stack.setCurrentIndex(1)
@@ -135,9 +137,9 @@ class QtRankTimeline(QtWidgets.QWidget):
 
     def top_ranks(self, *, lowest: bool = False) -> list[tuple[int, float]]:
         """(rank, share %) of the highest (or lowest) ranks over the last buckets, as the list shows them."""
-        if self._snap is None or self._values.size == 0:
+        if self._snap is None or self._shares.size == 0:
             return []
-        window = self._values[:, -RECENT_BUCKETS:]
+        window = 100.0 * self._shares[:, -RECENT_BUCKETS:].astype(np.float64)
         counts = np.sum(np.isfinite(window), axis=1)
         with np.errstate(all="ignore"):
             recent = np.where(counts > 0, np.nansum(window, axis=1) / counts, np.nan)
@@ -162,7 +164,7 @@ class QtRankTimeline(QtWidgets.QWidget):
                 line.setPen(pg.mkPen(theme.LOST_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
             else:
                 line.setPen(pg.mkPen(theme.rank_color(i, n), width=1.5))
-            line.setData(self._x, self._values[i])
+            line.setData(self._x, 100.0 * self._shares[i].astype(np.float64))
         set_range(self.lines_plot, x=(-LINES_WINDOW_S, 0))
         self._set_rank_legend(snap, heatmap=False)
 
@@ -184,19 +186,15 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.rank_legend.setText("&nbsp;&nbsp;".join(parts))
 
     def _render_heatmap(self, snap: Snapshot) -> None:
-        n, t = self._values.shape
-        finite = np.isfinite(self._values)
-        # whole-array operations (a boolean gather/scatter over 300 k cells costs more than the drawing)
-        with np.errstate(invalid="ignore"):
-            scaled = np.clip(np.rint(self._values * 2.54), 0, 254)
-        indices = np.where(finite, scaled, 255).astype(np.uint8)
-        self.image.setImage(indices, autoLevels=False, levels=(0, 255), lut=self._lut)
+        n, t = self._shares.shape
+        cols = self._cols.update(snap, self._shares)
+        self.image.setImage(cols.image, autoLevels=False, levels=(0, 255), lut=self._lut)
         x0 = float(self._x[0] - snap.bucket_s / 2) if t else 0.0
         rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, n)
         self.image.setRect(rect)
         self.no_data.setRect(rect)
         # show the time that has data (at least a minute), not minutes of grey before the training started
-        has = np.flatnonzero(finite.any(axis=0))
+        has = np.flatnonzero(cols.has_data)
         first = float(self._x[has[0]] - snap.bucket_s / 2) if has.size else x0
         left = float(np.floor(min(first, -MIN_HEAT_WINDOW_S) / 10.0) * 10.0)
         x_range = (max(left, x0), snap.bucket_s / 2)
@@ -204,8 +202,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         pixels = self.heat_plot.getPlotItem().vb.height()
         self.sampling_note.setText(f"{n} ranks on {pixels:.0f} px: rows are sampled when drawn — hover for exact "
                                    "values; the lists and bands use every rank" if n > pixels > 0 else "")
-        low, mid, high = self._percentiles(snap.bucket_start_s)
-        for item, values in ((self.p5, low), (self.p50, mid), (self.p95, high)):
+        for item, values in zip((self.p5, self.p50, self.p95), cols.percentiles, strict=True):
             item.setData(self._x, values)
         set_range(self.bands_plot, x=x_range)
         texts = ["highest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks()]
@@ -214,29 +211,11 @@ class QtRankTimeline(QtWidgets.QWidget):
             self.top.clear()
             self.top.addItems(texts)
 
-    def _percentiles(self, starts: np.ndarray) -> np.ndarray:
-        # Only the newest buckets change between frames: reuse the others (1024 x 300 sorts are not free).
-        old_starts, old = self._pct_cache
-        out = np.full((3, starts.size), np.nan)
-        newest = np.nanmax(starts) if np.isfinite(starts).any() else np.nan
-        fresh = ~np.isfinite(starts) | (starts >= newest - 2 * (self._snap.bucket_s if self._snap else 1.0))
-        if old_starts.size:
-            pos = np.clip(np.searchsorted(old_starts, starts), 0, old_starts.size - 1)
-            hit = (old_starts[pos] == starts) & ~fresh
-            out[:, hit] = old[:, pos[hit]]
-        else:
-            hit = np.zeros(starts.size, bool)
-        todo = ~hit
-        if todo.any():
-            out[:, todo] = column_percentiles(self._values[:, todo], (0.05, 0.5, 0.95))
-        self._pct_cache = (np.where(np.isfinite(starts), starts, np.inf), out)
-        return out
-
     def _describe_line(self, x: float, y: float) -> str | None:
         col = self._column(x)
         if col is None or self._snap is None or not len(self._snap.ranks):
             return None
-        column = self._values[:, col]
+        column = 100.0 * self._shares[:, col].astype(np.float64)
         if not np.isfinite(column).any():
             return f"time {self._x[col]:+.0f} s: no data"
         i = int(np.nanargmin(np.abs(column - y)))
@@ -251,7 +230,7 @@ class QtRankTimeline(QtWidgets.QWidget):
 
     def _cell_text(self, row: int, col: int) -> str:
         assert self._snap is not None
-        value = self._values[row, col]
+        value = 100.0 * float(self._shares[row, col])
         shown = "no data" if not np.isfinite(value) else f"{value:.1f} % of step"
         state = self._snap.state[row]
         return (f"rank {int(self._snap.ranks[row])} ({state})\ntime {self._x[col]:+.0f} s\n"
@@ -262,3 +241,50 @@ class QtRankTimeline(QtWidgets.QWidget):
             return None
         col = int(np.argmin(np.abs(self._x - x)))
         return col if abs(self._x[col] - x) <= self._snap.bucket_s else None
+
+
+class _HeatColumns:
+    """The heatmap's colour indices, has-data flags and p5/p50/p95 per bucket, kept between frames.
+
+    A column is recomputed only when its stamp is new (``Snapshot.bucket_stamp``) or the ranks changed; the
+    others are carried over, moved to their new place when the time axis advances.
+    """
+
+    def __init__(self) -> None:
+        self.ranks = np.zeros(0, np.int64)
+        self.stamps = np.zeros(0, np.int64)
+        self.image = np.zeros((0, 0), np.uint8)  # index 255 = no data (the LUT's last colour)
+        self.has_data = np.zeros(0, bool)
+        self.percentiles = np.zeros((3, 0))
+
+    def update(self, snap: Snapshot, shares: np.ndarray) -> _HeatColumns:
+        n, t = shares.shape
+        stamps = snap.bucket_stamp
+        same_ranks = self.image.shape == (n, t) and (self.ranks is snap.ranks or np.array_equal(self.ranks, snap.ranks))
+        if same_ranks and self.stamps.size:
+            order = np.argsort(self.stamps, kind="stable")
+            pos = np.minimum(np.searchsorted(self.stamps[order], stamps), t - 1)
+            source = order[pos]
+            kept = self.stamps[source] == stamps
+        else:
+            source = np.arange(t)
+            kept = np.zeros(t, bool)
+        if not np.array_equal(source[kept], np.flatnonzero(kept)):  # the time axis moved: carry columns along
+            self.image = self.image[:, source]
+            self.has_data = self.has_data[source]
+            self.percentiles = self.percentiles[:, source]
+        elif not same_ranks:
+            self.image = np.empty((n, t), np.uint8)
+            self.has_data = np.zeros(t, bool)
+            self.percentiles = np.full((3, t), np.nan)
+        todo = np.flatnonzero(~kept)
+        if todo.size:
+            values = 100.0 * shares[:, todo].astype(np.float64)
+            finite = np.isfinite(values)
+            with np.errstate(invalid="ignore"):
+                scaled = np.clip(np.rint(values * 2.54), 0, 254)
+            self.image[:, todo] = np.where(finite, scaled, 255).astype(np.uint8)
+            self.has_data[todo] = finite.any(axis=0)
+            self.percentiles[:, todo] = column_percentiles(values, (0.05, 0.5, 0.95))
+        self.ranks, self.stamps = snap.ranks, stamps
+        return self

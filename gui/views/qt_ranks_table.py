@@ -30,6 +30,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("gaps", "Messages from this rank's agent that never arrived (sequence numbers skipped), cumulative."),
 )
 _Role = QtCore.Qt.ItemDataRole
+_ROLES_ANSWERED = frozenset({_Role.DisplayRole, _Role.UserRole, _Role.ForegroundRole, _Role.FontRole,
+                             _Role.TextAlignmentRole, _Role.ToolTipRole})
 
 
 class RanksTableModel(QtCore.QAbstractTableModel):
@@ -100,7 +102,9 @@ class RanksTableModel(QtCore.QAbstractTableModel):
 
     def data(self, index: QtCore.QModelIndex | QtCore.QPersistentModelIndex, role: int = _Role.DisplayRole) -> Any:
         snap = self._snap
-        if snap is None or not index.isValid():
+        # A repaint asks every visible cell for ~10 roles; most are ones this model never sets (decoration, check
+        # state, size hint...): answer those before any other work (~800 calls a repaint with 1024 ranks).
+        if snap is None or role not in _ROLES_ANSWERED or not index.isValid():
             return None
         row, col = int(self._order[index.row()]), index.column()
         if role == _Role.DisplayRole:

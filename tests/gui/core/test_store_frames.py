@@ -1,0 +1,66 @@
+"""What the store hands each frame beyond the figures: per-bucket stamps (which heat columns changed) and frame
+copies of the heat matrices that are recycled only once no snapshot holds them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent import wire
+from agent.schema import Step
+from gui.core.store import LiveStore
+
+T0 = 1_700_000_000.0
+
+
+def _steps(store: LiveStore, ranks: list[int], end: float, k: int) -> None:
+    step_s = 0.1 + 0.01 * k  # every step differs, so a bucket's means move when it takes one
+    records = [Step(r, k, end - step_s, end, step_s, 0.01 * (1 + r % 3), 0.05, 0.04, 0.02 + 0.001 * r, 32)
+               for r in ranks]
+    store.on_batch(wire.decode(wire.encode("a", k, end, records)), end)
+
+
+def test_bucket_stamps_change_exactly_where_heat_columns_change() -> None:
+    store = LiveStore(bucket_s=1.0, buckets=10)
+    for k in range(6):
+        _steps(store, [0, 1, 2], T0 + k + 0.5, k)
+    first = store.snapshot(now_s=T0 + 6)
+    _steps(store, [0, 1, 2], T0 + 5.7, 6)  # into the newest bucket only
+    second = store.snapshot(now_s=T0 + 6.1)
+    changed = second.bucket_stamp != first.bucket_stamp  # a stamp moves when its column does, and only then
+    heat_changed = ~np.all((first.heat_step_s == second.heat_step_s)
+                           | (np.isnan(first.heat_step_s) & np.isnan(second.heat_step_s)), axis=0)
+    assert changed.tolist() == heat_changed.tolist()
+    assert changed.sum() == 1 and changed[-1]
+    _steps(store, [0, 1, 2], T0 + 2.2, 7)  # a late step into an old bucket still in the history
+    third = store.snapshot(now_s=T0 + 6.2)
+    old = np.flatnonzero(third.bucket_start_s == T0 + 2)
+    assert (third.bucket_stamp != second.bucket_stamp).tolist() == [i in old for i in range(10)]
+    used = third.bucket_stamp[third.bucket_stamp > 0]
+    assert np.unique(used).size == used.size  # a stamp names one column's contents: never two columns
+
+
+def test_frame_copies_are_never_rewritten_while_a_snapshot_holds_them() -> None:
+    store = LiveStore(bucket_s=1.0, buckets=20)
+    held = []
+    for k in range(30):
+        _steps(store, list(range(8)), T0 + 0.3 * k, k)
+        snap = store.snapshot(now_s=T0 + 0.3 * k + 0.01)
+        held.append((snap, snap.heat_comm_exposed_share.copy(), snap.heat_step_s.copy()))
+    for snap, comm, step_s in held:  # 30 live snapshots: more than the recycling pool holds
+        np.testing.assert_array_equal(snap.heat_comm_exposed_share, comm)
+        np.testing.assert_array_equal(snap.heat_step_s, step_s)
+        assert not snap.heat_step_s.flags.writeable
+
+
+def test_frame_copies_are_recycled_once_released() -> None:
+    store = LiveStore(bucket_s=1.0, buckets=20)
+    _steps(store, [0, 1], T0, 0)
+    snap = store.snapshot(now_s=T0 + 0.1)
+    address = snap.heat_step_s.__array_interface__["data"][0]
+    expected = snap.heat_step_s.copy()
+    del snap
+    store._cache = None  # the store's own reuse of an unchanged frame would also hold it
+    again = store.snapshot(now_s=T0 + 0.1)
+    assert again.heat_step_s.__array_interface__["data"][0] == address  # same buffer, no fresh 1 MB per frame
+    np.testing.assert_array_equal(again.heat_step_s, expected)
+    assert not again.heat_step_s.flags.writeable

@@ -1,0 +1,111 @@
+"""Views that redo only what changed between frames still show exactly what a full redraw would."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6 import QtCore
+
+from agent import wire
+from agent.schema import Step
+from gui.core.store import LiveStore
+from gui.views.qt_gpu_panel import WINDOW_S, _bin_series
+from gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
+from gui.views.qt_ranks_table import COLUMNS, RanksTableModel
+
+T0 = 1_700_000_000.0
+
+
+def _steps(store: LiveStore, ranks: list[int], end: float, k: int, rng: np.random.Generator) -> None:
+    records = []
+    for r in ranks:
+        step_s = 0.1 + 0.02 * rng.random()
+        data = None if rng.random() < 0.1 else 0.03 * rng.random()  # some steps without a data-wait reading
+        records.append(Step(r, k, end - step_s, end, step_s, data, 0.05, 0.04, 0.04 * rng.random(), 32))
+    store.on_batch(wire.decode(wire.encode("a", k, end, records)), end)
+
+
+def _full(snap, field: str) -> _HeatColumns:  # type: ignore[no-untyped-def]
+    return _HeatColumns().update(snap, getattr(snap, field))
+
+
+@pytest.mark.parametrize("metric", ["comm_exposed", "data_wait"])
+def test_heatmap_updated_column_by_column_equals_a_full_redraw(qtbot, metric: str) -> None:  # type: ignore[no-untyped-def]
+    view = QtRankTimeline(metric)
+    qtbot.addWidget(view)
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    rng = np.random.default_rng(7)
+    ranks = list(range(40))  # past MAX_LINES: heatmap mode
+    t = T0
+    for frame in range(90):
+        t += 0.35  # ~3 frames a bucket: the time axis moves every few frames
+        k = frame + 1
+        present = ranks if frame < 60 else [*ranks, 40]  # a rank joins: rows change shape
+        _steps(store, present, t, k, rng)
+        if frame % 17 == 5:
+            _steps(store, ranks[:5], t - 6.0, k, rng)  # late steps into an older bucket
+        snap = store.snapshot(now_s=t + 0.05)
+        view.render(snap)
+        assert view.heatmap_mode
+        full = _full(snap, view._field)
+        np.testing.assert_array_equal(view._cols.image, full.image)
+        np.testing.assert_array_equal(view._cols.has_data, full.has_data)
+        np.testing.assert_array_equal(view._cols.percentiles, full.percentiles)
+    # the hover still reads exact values from the snapshot
+    shares = getattr(snap, view._field)
+    row, col = 3, int(np.flatnonzero(np.isfinite(shares[3]))[-1])
+    assert f"{100.0 * float(shares[row, col]):.1f} % of step" in view._cell_text(row, col)
+
+
+def _bin_reference(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.ndarray:
+    out = np.full((len(series), WINDOW_S), np.nan)
+    for g, (ts, values) in enumerate(series):
+        for b in range(WINDOW_S):
+            lo = now - WINDOW_S + b
+            inside = (ts >= lo) & (ts < lo + 1) & np.isfinite(values)
+            if inside.any():
+                out[g, b] = values[inside].mean()
+    return out
+
+
+def test_gpu_bins_from_window_tails_equal_binning_every_reading() -> None:
+    rng = np.random.default_rng(3)
+    now = T0 + 500.0
+    series = []
+    for _ in range(12):
+        n = int(rng.integers(0, 700))
+        ts = np.sort(now - 300.0 * rng.random(n))  # readings before, in and at the edges of the window
+        values = 100.0 * rng.random(n)
+        values[rng.random(n) < 0.1] = np.nan  # unsupported readings
+        series.append((ts, values))
+    np.testing.assert_allclose(_bin_series(series, now), _bin_reference(series, now), equal_nan=True)
+
+
+def test_table_answers_its_roles_and_shows_new_values_without_a_reset(qtbot) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    rng = np.random.default_rng(1)
+    for k in range(25):
+        _steps(store, list(range(6)), T0 + 0.1 * k, k, rng)
+    model = RanksTableModel()
+    model.set_snapshot(store.snapshot(now_s=T0 + 3))
+    resets: list[int] = []
+    changed: list[tuple[int, int]] = []
+    model.modelReset.connect(lambda: resets.append(1))
+    model.dataChanged.connect(lambda a, b: changed.append((a.row(), b.row())))
+    for k in range(25, 50):
+        _steps(store, list(range(6)), T0 + 0.1 * k, k, rng)
+    snap = store.snapshot(now_s=T0 + 5.5)
+    model.set_snapshot(snap)
+    assert not resets and changed == [(0, 5)]
+    role = QtCore.Qt.ItemDataRole
+    for row in range(6):
+        r = model.snapshot_row(row)
+        assert model.data(model.index(row, 4), role.DisplayRole) == f"{int(snap.current_step[r]):,}"
+        assert model.data(model.index(row, 5), int(role.DisplayRole)) == f"{1000.0 * snap.recent_step_s[r]:.1f}"
+        assert model.data(model.index(row, 5), role.UserRole) == pytest.approx(1000.0 * snap.recent_step_s[r])
+        assert model.data(model.index(row, 1), role.DecorationRole) is None
+        assert model.data(model.index(row, 1), role.SizeHintRole) is None
+    assert model.columnCount() == len(COLUMNS)
