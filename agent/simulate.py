@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from agent.keys import ENV_KEY, AgentKeys
 from agent.runtime import Agent, start
 from agent.schema import EventKind, GpuSample, GpuStatus, HostSample
 
@@ -116,6 +117,7 @@ def run_cluster(
     stop: threading.Event | None = None,
     processes: int | None = None,
     ranks_per_agent: int | None = None,
+    keys: AgentKeys | None = None,
 ) -> SimulationResult:
     """Simulate ``ranks`` synchronous data-parallel ranks sending to ``endpoint``; returns when done or stopped.
 
@@ -126,6 +128,7 @@ def run_cluster(
         data_stall_ms: extra data-loader wait on every rank and step.
         processes: simulator processes (default: one per 256 ranks); 0 runs in this process (threads).
         ranks_per_agent: ranks reported by one agent (default 1, more only past 64 agents per process).
+        keys: access keys of a collector that requires authentication (default: ``RINGSCOPE_KEY`` as any agent).
     """
     _validate(ranks, steps_per_second, duration_s, steps, straggler, data_stall_ms)
     if processes is None:
@@ -143,10 +146,10 @@ def run_cluster(
     stop = stop or threading.Event()
     started = time.monotonic()
     if processes == 0:
-        outcome = _run_in_thread(configs[0], duration_s, stop)
+        outcome = _run_in_thread(configs[0], duration_s, stop, keys)
         totals = [outcome]
     else:
-        totals = _run_in_processes(configs, duration_s, stop)
+        totals = _run_in_processes(configs, duration_s, stop, keys)
     elapsed = time.monotonic() - started
     return SimulationResult(
         run_id=run_id,
@@ -199,21 +202,24 @@ def step_phases(config: _Config, rng: np.random.Generator) -> dict[str, np.ndarr
 # ---- Workers -----------------------------------------------------------------------------------------------------
 
 
-def _run_in_thread(config: _Config, duration_s: float | None, stop: threading.Event) -> dict[str, Any]:
-    agents = _start_agents(config)
+def _run_in_thread(config: _Config, duration_s: float | None, stop: threading.Event,
+                   keys: AgentKeys | None) -> dict[str, Any]:
+    agents = _start_agents(config, keys)
     end_wall = None if duration_s is None else time.time() + duration_s
     return _drive(config, agents, time.time(), end_wall, stop)
 
 
-def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop: threading.Event) -> list[dict]:
+def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop: threading.Event,
+                      keys: AgentKeys | None) -> list[dict]:
     """One ``python -m agent.simulate`` child per config, driven over stdin/stdout lines.
 
     Plain subprocesses rather than multiprocessing: "spawn" re-imports the caller's ``__main__`` (breaking
     unguarded scripts) and "fork" would copy a process that holds ZeroMQ sockets and threads.
     """
+    env = None if keys is None else dict(os.environ, **{ENV_KEY: keys.token})  # environment, not argv: ps shows argv
     children = [
         subprocess.Popen([sys.executable, "-m", "agent.simulate", json.dumps(dataclasses.asdict(c))],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
         for c in configs
     ]
     totals: list[dict] = []
@@ -300,7 +306,7 @@ def _child_main(config_json: str) -> None:
     print(json.dumps(outcome), flush=True)
 
 
-def _start_agents(config: _Config) -> list[tuple[Agent, list[int]]]:
+def _start_agents(config: _Config, keys: AgentKeys | None = None) -> list[tuple[Agent, list[int]]]:
     agents = []
     for first in range(config.first_rank, config.last_rank, config.ranks_per_agent):
         group = list(range(first, min(first + config.ranks_per_agent, config.last_rank)))
@@ -308,7 +314,8 @@ def _start_agents(config: _Config) -> list[tuple[Agent, list[int]]]:
                     "simulated": True} for r in group]
         telemetry = start(framework="simulated", strategy="simulated", rank=first, local_rank=first % RANKS_PER_HOST,
                           world_size=config.ranks, ranks=group, node_rank=first // RANKS_PER_HOST, backend="simulated",
-                          devices=devices, endpoint=config.endpoint, run_id=config.run_id, sample_devices=False)
+                          devices=devices, endpoint=config.endpoint, run_id=config.run_id, sample_devices=False,
+                          keys=keys)
         # Simulated ranks live on simulated hosts; the identity object is what the publisher re-sends.
         telemetry.identity.host = _host_of(first)
         agents.append((telemetry, group))

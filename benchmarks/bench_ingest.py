@@ -7,13 +7,12 @@ load through a ``--secure`` collector (CURVE encryption + authentication): compa
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from agent.keys import ENV_KEY, CollectorKeys
+from agent.keys import CollectorKeys
 from agent.simulate import run_cluster
 from gui.core.collector import Collector
 from gui.core.recorder import Recorder
@@ -22,9 +21,6 @@ from gui.core.recorder import Recorder
 def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool = False) -> list[dict[str, Any]]:
     """One run; rows named after its size."""
     keys = CollectorKeys.generate() if secure else None
-    previous_token = os.environ.pop(ENV_KEY, None)
-    if keys is not None:  # the simulator's processes inherit it, as launched trainings do
-        os.environ[ENV_KEY] = keys.agent_keys.token
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.db"
         recorder = Recorder(path).start()
@@ -32,7 +28,7 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
         cpu_start, wall_start = time.process_time(), time.monotonic()
         try:
             result = run_cluster(ranks, endpoint=collector.endpoint, steps_per_second=steps_per_second,
-                                 duration_s=duration_s)
+                                 duration_s=duration_s, keys=keys.agent_keys if keys is not None else None)
             deadline = time.monotonic() + 30
             while collector.counters.records < result.sent_records and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -40,9 +36,6 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
         finally:
             collector.close()
             recorder.close(60)
-            os.environ.pop(ENV_KEY, None)
-            if previous_token is not None:
-                os.environ[ENV_KEY] = previous_token
         counters = collector.counters
         file_mb = path.stat().st_size / 1e6
     size = f"{ranks} ranks x {steps_per_second:g} steps/s" + (" (secure)" if secure else "")

@@ -108,7 +108,8 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     analyzer = LiveAnalyzer(session_source, price)
     window = QtMainWindow(store, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
                           launcher=launcher, cost_panel=QtCostPanel(), analyzer=analyzer,
-                          session_source=session_source)
+                          session_source=session_source,
+                          access_token=keys.agent_keys.token if keys is not None else None)
     window_ref.append(window)
     analyzer.start()
     parts = WindowParts(window, store, collector, recorder, launcher, analyzer)
@@ -189,12 +190,11 @@ def _start_simulation(parts: WindowParts, ranks: int, kwargs: dict[str, Any], ke
                       ) -> threading.Thread:
     from agent.simulate import run_cluster
 
-    if keys is not None:  # the simulated agents (threads and child processes) read their token from here
-        os.environ[ENV_KEY] = keys.agent_keys.token
 
     def body() -> None:
         try:
-            run_cluster(ranks, endpoint=parts.collector.endpoint, stop=parts.simulation_stop, **kwargs)
+            run_cluster(ranks, endpoint=parts.collector.endpoint, stop=parts.simulation_stop,
+                        keys=keys.agent_keys if keys is not None else None, **kwargs)
         except Exception:
             log.exception("simulation stopped with an error")
 

@@ -2,17 +2,14 @@
 
 Views receive the store (and the optional recorder / launcher) in ``__init__``; nothing here holds telemetry. One
 QTimer (~30 Hz) takes ``store.snapshot()`` and hands it to every view (``setData`` on existing items); the collector
-thread never touches a widget. Features owned by other modules (launch dialog, process panel, cost panel, report
-export) are imported when the window is built and their actions are disabled, with a tooltip, if they are missing.
+thread never touches a widget. Without a launcher the launch and stop actions are disabled, with a tooltip.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -21,8 +18,10 @@ from gui.core.store import STATE_LOST, LiveStore, Snapshot
 from gui.views.qt_gpu_panel import QtGpuPanel
 from gui.views.qt_overview import QtOverview
 from gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
+from gui.views.qt_process_panel import QtProcessPanel
 from gui.views.qt_rank_timeline import QtRankTimeline
 from gui.views.qt_ranks_table import QtRanksTable, RanksTableModel
+from gui.views.qt_report_actions import compare_sessions, export_report
 from gui.views.qt_status_bar import QtStatusBar
 from gui.views.qt_step_breakdown import QtStepBreakdown
 
@@ -36,13 +35,6 @@ HEAVY_BUDGET_S = 0.010  # many ranks: charts are redrawn in turn while the tick 
 IDLE_REDRAW_S = 0.5  # when nothing arrives, still redraw this often: states (lost) and time axes move
 
 
-def _optional(module_name: str) -> tuple[ModuleType | None, str]:
-    try:
-        return importlib.import_module(module_name), ""
-    except ImportError as exc:
-        return None, f"not available in this build yet ({exc})"
-
-
 class QtMainWindow(QtWidgets.QMainWindow):
     """The Ringscope window over a ``LiveStore``.
 
@@ -54,6 +46,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
         launcher: a ``gui.core.launcher.Launcher`` for the launch / stop actions, or None.
         cost_panel: a widget that replaces the overview's built-in cost-of-waiting card, or None. It is
             injected (not built here) because it needs whole-session figures, which the live store does not keep.
+        access_token: the token agents need when the collector requires authentication (``--secure``), or None;
+            File > Agent access token… shows it and the status bar says the channel is encrypted.
     """
 
     sig_frame_rendered = QtCore.Signal(object)
@@ -62,10 +56,11 @@ class QtMainWindow(QtWidgets.QMainWindow):
     def __init__(self, store: LiveStore, *, endpoint: str = "", preferences: Preferences | None = None,
                  recorder: Any = None, launcher: Any = None,
                  cost_panel: QtWidgets.QWidget | None = None, analyzer: Any = None,
-                 session_source: Callable[[], Any] | None = None) -> None:
+                 session_source: Callable[[], Any] | None = None, access_token: str | None = None) -> None:
         super().__init__()
         self.store = store
         self.endpoint = endpoint
+        self.access_token = access_token
         self.preferences = preferences or Preferences()
         self.recorder = recorder
         self.launcher = launcher
@@ -132,7 +127,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
                 self._last_text_render = now
                 self.overview.render(snap, recording, self.preferences.price_per_gpu_hour or None)
                 size = _safe(lambda: int(self.recorder.file_bytes)) if self.recorder is not None else None
-                self.status.render(snap, self.endpoint, recording if self.recorder is not None else None, size)
+                self.status.render(snap, self.endpoint, recording if self.recorder is not None else None, size,
+                                   secure=bool(self.access_token))
             self._render_charts(snap, started)  # after the text: the charts get what is left of the budget
             self.frames += 1
             self.last_snapshot = snap
@@ -198,34 +194,29 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.ranks_dock)
         self.resizeDocks([self.ranks_dock], [200], QtCore.Qt.Orientation.Vertical)  # the charts get the height
         self.process_dock: QtWidgets.QDockWidget | None = None
-        self.process_panel: Any = None
-        panel_module, _why = _optional("gui.views.qt_process_panel")
-        if panel_module is not None and self.launcher is not None:
-            try:
-                self.process_panel = panel_module.QtProcessPanel(self.launcher)
-            except Exception:  # another engineer's widget: never let it stop the window from opening
-                log.exception("process panel could not be built")
-            else:
-                self.process_dock = QtWidgets.QDockWidget("Processes", self)
-                self.process_dock.setObjectName("processDock")
-                self.process_dock.setWidget(self.process_panel)
-                self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.process_dock)
-                self.tabifyDockWidget(self.ranks_dock, self.process_dock)
-                self.ranks_dock.raise_()
+        self.process_panel: QtProcessPanel | None = None
+        if self.launcher is not None:
+            self.process_panel = QtProcessPanel(self.launcher)
+            self.process_dock = QtWidgets.QDockWidget("Processes", self)
+            self.process_dock.setObjectName("processDock")
+            self.process_dock.setWidget(self.process_panel)
+            self.addDockWidget(QtCore.Qt.DockWidgetArea.BottomDockWidgetArea, self.process_dock)
+            self.tabifyDockWidget(self.ranks_dock, self.process_dock)
+            self.ranks_dock.raise_()
 
     def _build_actions(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        self.action_launch = self._action(file_menu, "&Launch…", "Ctrl+L", self._launch,
-                                          _optional("gui.views.qt_launch_dialog")[1]
-                                          or ("" if self.launcher is not None else "no launcher in this window"))
-        self.action_stop = self._action(file_menu, "&Stop training", "Ctrl+.", self._stop,
-                                        "" if self.launcher is not None else "no launcher in this window")
+        no_launcher = "" if self.launcher is not None else "no launcher in this window"
+        self.action_launch = self._action(file_menu, "&Launch…", "Ctrl+L", self._launch, no_launcher)
+        self.action_stop = self._action(file_menu, "&Stop training", "Ctrl+.", self._stop, no_launcher)
         file_menu.addSeparator()
-        report_why = _optional("gui.views.qt_report_actions")[1]
-        self.action_export = self._action(file_menu, "&Export report…", "Ctrl+E", self._export, report_why)
-        self.action_compare = self._action(file_menu, "&Compare sessions…", "Ctrl+Shift+C", self._compare,
-                                           report_why)
+        self.action_export = self._action(file_menu, "&Export report…", "Ctrl+E", self._export, "")
+        self.action_compare = self._action(file_menu, "&Compare sessions…", "Ctrl+Shift+C", self._compare, "")
+        file_menu.addSeparator()
+        self.action_token = self._action(
+            file_menu, "Agent &access token…", "", self.show_access_token,
+            "" if self.access_token else "this window accepts agents without a token (start it with --secure)")
         file_menu.addSeparator()
         self.action_preferences = self._action(file_menu, "&Preferences…", "Ctrl+,", self.open_preferences, "")
         self._action(file_menu, "&Quit", "Ctrl+Q", self.close, "")
@@ -259,31 +250,23 @@ class QtMainWindow(QtWidgets.QMainWindow):
             self.apply_preferences(prefs)
 
     def _launch(self) -> None:
-        if self.process_panel is not None:  # it validates, remembers recent launches and shows errors
-            self.process_panel.open_launch_dialog()
-            if self.process_dock is not None:
-                self.process_dock.raise_()
+        if self.process_panel is None:  # no launcher: the action is disabled, with a tooltip saying so
             return
-        module, why = _optional("gui.views.qt_launch_dialog")
-        if module is None or self.launcher is None:
-            QtWidgets.QMessageBox.information(self, "Launch", why or "no launcher in this window")
-            return
-        dialog = module.QtLaunchDialog(launcher_validate=self.launcher.validate, parent=self)
-        if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
-            self.start_launch(dialog.spec())
+        self.process_panel.open_launch_dialog()  # it validates, remembers recent launches and shows errors
+        if self.process_dock is not None:
+            self.process_dock.raise_()
 
     def start_launch(self, spec: Any) -> None:
         """Start a launch spec (the demo, a dialog's result) and show the processes dock.
 
         A spec the launcher refuses (``LaunchError``: bad options, port in use...) is shown to the user, not raised.
         """
+        if self.process_panel is None:
+            return
         try:
-            if self.process_panel is not None:
-                self.process_panel.start(spec)
-                if self.process_dock is not None:
-                    self.process_dock.raise_()
-            elif self.launcher is not None:
-                self.launcher.start(spec)
+            self.process_panel.start(spec)
+            if self.process_dock is not None:
+                self.process_dock.raise_()
         except Exception as exc:  # LaunchError carries .errors; anything else still must not kill the window
             errors = getattr(exc, "errors", None) or [str(exc)]
             QtWidgets.QMessageBox.warning(self, "Launch refused", "\n".join(f"• {e}" for e in errors))
@@ -293,20 +276,36 @@ class QtMainWindow(QtWidgets.QMainWindow):
             self.launcher.request_stop(None)  # SIGTERM to every run now, SIGKILL after the grace period
 
     def _export(self) -> None:
-        module, why = _optional("gui.views.qt_report_actions")
-        export = getattr(module, "export_report", None)
-        if export is None:
-            QtWidgets.QMessageBox.information(self, "Export report", why or "export is not wired yet")
-            return
-        export(self, self.session_source)  # the whole session (the recording), loaded on the export thread
+        export_report(self, self.session_source)  # the whole session (the recording), loaded on the export thread
 
     def _compare(self) -> None:
-        module, why = _optional("gui.views.qt_report_actions")
-        compare = getattr(module, "compare_sessions", None)
-        if compare is None:
-            QtWidgets.QMessageBox.information(self, "Compare sessions", why or "compare is not wired yet")
-            return
-        compare(self)
+        compare_sessions(self)
+
+    def show_access_token(self) -> QtWidgets.QDialog | None:
+        """Show the token agents need (``--secure``), with a Copy button; returns the dialog (shown, non-modal)."""
+        if not self.access_token:
+            return None
+        dialog = QtWidgets.QDialog(self)
+        dialog.setWindowTitle("Agent access token")
+        layout = QtWidgets.QVBoxLayout(dialog)
+        text = QtWidgets.QLabel(
+            "This window accepts only agents that hold this token (telemetry is encrypted, ZeroMQ CURVE). "
+            "Trainings launched from here get it automatically; give others "
+            "<code>RINGSCOPE_KEY=&lt;token&gt;</code>, or <code>RINGSCOPE_KEY_FILE</code> pointing at the file "
+            "<code>ringscope keys</code> names. Treat it like a password.")
+        text.setWordWrap(True)
+        field = QtWidgets.QLineEdit(self.access_token)
+        field.setReadOnly(True)
+        field.setMinimumWidth(560)
+        copy = QtWidgets.QPushButton("Copy")
+        copy.clicked.connect(lambda: QtWidgets.QApplication.clipboard().setText(self.access_token or ""))
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(field, 1)
+        row.addWidget(copy)
+        layout.addWidget(text)
+        layout.addLayout(row)
+        dialog.show()
+        return dialog
 
 
 def _safe(read: Callable[[], int]) -> int | None:

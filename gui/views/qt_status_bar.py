@@ -39,9 +39,17 @@ class QtStatusBar(QtWidgets.QStatusBar):
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
-    def render(self, snap: Snapshot, endpoint: str, recording_path: str | None, recording_bytes: int | None) -> None:
-        """Show one snapshot and the recorder's file figures."""
-        _show(self.endpoint, f"listening on {endpoint}" if endpoint else "not listening")
+    def render(self, snap: Snapshot, endpoint: str, recording_path: str | None, recording_bytes: int | None,
+               secure: bool = False) -> None:
+        """Show one snapshot and the recorder's file figures; ``secure``: agents must hold the access token."""
+        if not endpoint:
+            _show(self.endpoint, "not listening")
+        elif secure:
+            _show(self.endpoint, f"listening on {endpoint} · encrypted, token required", tooltip=(
+                "Agents send telemetry here; the channel is encrypted (ZeroMQ CURVE) and only agents with this "
+                "window's access token (File ▸ Agent access token…) get in. Others count as rejected."))
+        else:
+            _show(self.endpoint, f"listening on {endpoint}")
         _show(self.rate, f"{snap.messages_per_s:,.0f} msg/s")
         drops = int(snap.drops.sum()) if snap.drops.size else 0
         gaps = snap.counters.get("missing_messages", 0)

@@ -8,8 +8,6 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("PySide6")
-
 import agent
 from gui.app import build_window
 from gui.core.store import STATE_LOST, STATE_RUNNING

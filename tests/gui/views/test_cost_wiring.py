@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("PySide6")
-
 from gui.app import build_window
 from gui.views.qt_preferences import Preferences
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-pytest.importorskip("PySide6")
-
 from PySide6 import QtCore
 
 from agent import wire

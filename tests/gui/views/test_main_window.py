@@ -6,9 +6,6 @@ import time
 
 import numpy as np
 import pytest
-
-pytest.importorskip("PySide6")
-
 from PySide6 import QtCore, QtGui
 
 from agent import wire

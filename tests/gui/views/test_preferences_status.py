@@ -7,9 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("PySide6")
-
 from PySide6 import QtCore
 
 from agent import wire

@@ -8,10 +8,6 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-import pytest
-
-pytest.importorskip("PySide6")
-
 import pyqtgraph as pg
 from PySide6 import QtCore
 

@@ -11,10 +11,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
-pytest.importorskip("PySide6")
-
 from gui.cli import build_parser
 
 _SCRIPT = """
