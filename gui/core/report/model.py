@@ -120,8 +120,11 @@ def money(cost: CostBreakdown, value: float) -> str:
 
 
 def hours_text(hours: float) -> str:
-    """Device-hours with 2 decimals, or 3 significant digits for short runs ("0.00" would say nothing)."""
-    return f"{hours:,.2f}" if hours >= 1 or hours == 0 else f"{hours:.3g}"
+    """Device-hours with 2 decimals, or 3 significant digits for short runs ("0.00" would say nothing); below
+    0.0001 h (a third of a second) "< 0.0001", not a number in scientific notation."""
+    if hours >= 1 or hours == 0:
+        return f"{hours:,.2f}"
+    return f"{hours:.3g}" if hours >= 1e-4 else "< 0.0001"
 
 
 def duration_text(seconds: float) -> str:

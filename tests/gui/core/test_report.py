@@ -159,3 +159,10 @@ def test_report_of_cpu_only_session_says_no_gpu_and_rank_hours(tmp_path: Path) -
 def test_unknown_export_kind_is_a_clear_error(straggler_report, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown export kind 'docx'"):
         export(straggler_report, "docx", tmp_path / "x")
+
+
+def test_hours_are_written_for_people_at_every_scale() -> None:
+    from gui.core.report.model import hours_text
+
+    assert [hours_text(h) for h in (0.0, 1.47e-06, 0.00889, 0.5, 12.345, 1234.5)] == \
+        ["0.00", "< 0.0001", "0.00889", "0.5", "12.35", "1,234.50"]
