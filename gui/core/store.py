@@ -5,8 +5,9 @@ columns), per-GPU and per-host series, the ranks-table state (running / lost / f
 ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in ``gui.core.analysis``).
 
 The ``Snapshot`` type and the heuristics that build it from the store's copy live in ``gui.core.snapshot`` (re-exported
-here). Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host
-series that received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
+here); the GPU / host rings live in ``gui.core.device_series`` (``DeviceSeries``, guarded by this store's lock). Per
+frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host series that
+received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
 
 What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
 (``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
@@ -22,13 +23,13 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 
 from agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from agent.wire import Batch
+from gui.core.device_series import DeviceSeries
 from gui.core.ingest import Gap, Rejection
 from gui.core.session_data import Columns, SessionData, empty_columns
 from gui.core.snapshot import (
@@ -57,34 +58,6 @@ _BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_
 _HEAT_POOL: Final = 8  # recycled frame copies per heat matrix: the window keeps ~6 snapshots alive (views, cache)
 
 
-@dataclass(slots=True)
-class _Ring:
-    """A fixed-size ring of float64 columns (one ring per GPU or host)."""
-
-    names: tuple[str, ...]
-    size: int
-    count: int = 0
-    data: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.data = {name: np.full(self.size, np.nan) for name in self.names}
-
-    def append(self, values: dict[str, float | None]) -> None:
-        slot = self.count % self.size
-        for name in self.names:
-            value = values.get(name)
-            self.data[name][slot] = np.nan if value is None else value
-        self.count += 1
-
-    def ordered(self, name: str) -> np.ndarray:
-        """A copy of the column, oldest first (slices, not an index array: ~1 000 calls a second)."""
-        column = self.data[name]
-        if self.count <= self.size:
-            return column[:self.count].copy()
-        split = self.count % self.size
-        return np.concatenate((column[split:], column[:split]))
-
-
 class LiveStore:
     """Bounded live state of a session. Implements ``gui.core.ingest.IngestSink``; thread-safe.
 
@@ -107,7 +80,6 @@ class LiveStore:
         self._T = buckets
         self._R = recent_steps
         self._K = recent_window
-        self._series_len = series_len
         self._lock = threading.Lock()
         self._version = 0
         self._cache: Snapshot | None = None
@@ -133,16 +105,6 @@ class LiveStore:
         # A fresh 1 MB frame copy costs ~300 page faults (~1 ms each matrix, 4 a frame); snapshots nobody holds
         # any more give their buffers back (see _heat_buffer).
         self._heat_pool: dict[str, list[np.ndarray]] = {name: [] for name in _HEAT}
-        self._gpu_version = 0
-        self._gpu_cache: tuple[int, tuple[GpuSeries, ...], tuple[HostState, ...]] | None = None
-        # Copy-on-change for device series: with 1024 GPUs sampled at 2 Hz only ~70 change between two frames, so
-        # only those are rebuilt; the sorted order is recomputed only when a GPU or host appears.
-        self._gpu_series: dict[tuple[str, int], GpuSeries] = {}
-        self._host_series: dict[str, HostState] = {}
-        self._gpu_dirty: set[tuple[str, int]] = set()
-        self._host_dirty: set[str] = set()
-        self._gpu_order: list[tuple[str, int]] | None = None
-        self._host_order: list[str] | None = None
         self._hosts_version = 0
         self._hosts_cache: tuple[tuple[int, int], tuple[str, ...]] | None = None
         self._loss_version = 0
@@ -158,8 +120,8 @@ class LiveStore:
         self._agent_dropped: dict[str, int] = {}
         self._agent_missing: dict[str, int] = {}
         self._health: dict[str, Health] = {}
-        self._gpus: dict[tuple[str, int], tuple[_Ring, GpuSample]] = {}
-        self._hosts: dict[str, tuple[_Ring, HostSample]] = {}
+        # GPU and host series (copy-on-change per frame); guarded by self._lock like everything else here
+        self._devices = DeviceSeries(series_len)
         self._events: deque[Event] = deque(maxlen=2000)
         # ingest counters and rates (per receive second)
         self._counters: dict[str, Any] = {"messages": 0, "records": 0, "gaps": 0, "missing_messages": 0,
@@ -240,12 +202,8 @@ class LiveStore:
         """What the store holds as a ``SessionData`` (recent steps only) for live cost and analysis."""
         with self._lock:
             steps = self._steps_columns_locked()
-            gpu = _series_columns("gpu", [(ring, {"host": s.host, "gpu_index": s.gpu_index, "uuid": s.uuid,
-                                                  "name": s.name, "rank": s.rank})
-                                          for ring, s in self._gpus.values()])
-            host = _series_columns("host", [(ring, {"host": s.host, "gpu_count": s.gpu_count,
-                                                    "gpu_status": s.gpu_status})
-                                            for ring, s in self._hosts.values()])
+            gpu = self._devices.gpu_columns()
+            host = self._devices.host_columns()
             health = empty_columns("health")
             if self._health:
                 rows = list(self._health.values())
@@ -260,9 +218,9 @@ class LiveStore:
         if isinstance(record, Step):
             self._take_step(agent_id, record)
         elif isinstance(record, GpuSample):
-            self._take_gpu(record)
+            self._devices.take_gpu(record)
         elif isinstance(record, HostSample):
-            self._take_host(record)
+            self._devices.take_host(record)
         elif isinstance(record, Hello):
             self._take_hello(record)
         elif isinstance(record, Health):
@@ -345,30 +303,6 @@ class LiveStore:
         if s.samples is not None:
             self._bucket_samples[col] += s.samples
 
-    def _take_gpu(self, g: GpuSample) -> None:
-        self._gpu_version += 1
-        key = (g.host, g.gpu_index)
-        entry = self._gpus.get(key)
-        ring = entry[0] if entry else _Ring(("ts_s", "util_pct", "mem_used_bytes"), self._series_len)
-        ring.append({"ts_s": g.ts_s, "util_pct": g.util_pct, "mem_used_bytes": g.mem_used_bytes})
-        if entry is None:
-            self._gpu_order = None
-        self._gpus[key] = (ring, g)
-        self._gpu_dirty.add(key)
-
-    def _take_host(self, h: HostSample) -> None:
-        self._gpu_version += 1
-        entry = self._hosts.get(h.host)
-        ring = entry[0] if entry else _Ring(("ts_s", "cpu_pct", "mem_used_bytes"), self._series_len)
-        if entry is None:
-            self._host_order = None
-        self._host_dirty.add(h.host)
-        if ring.count and h.ts_s - ring.ordered("ts_s")[-1] < 0.2:
-            self._hosts[h.host] = (ring, h)  # many agents on one host: keep one reading per ~0.2 s
-            return
-        ring.append({"ts_s": h.ts_s, "cpu_pct": h.cpu_pct, "mem_used_bytes": h.mem_used_bytes})
-        self._hosts[h.host] = (ring, h)
-
     def _count_second(self, recv_s: float) -> None:
         sec = int(recv_s)
         slot = sec % self._sec_abs.size
@@ -433,7 +367,7 @@ class LiveStore:
         cols = (np.arange(self._T) + self._head_abs + 1) % self._T  # oldest bucket first
         split = (self._head_abs + 1) % self._T
         ranks = self._rank_arr[rows].copy()
-        gpus, hosts = self._devices_locked()
+        gpus, hosts = self._devices.frame()
         drops, gaps = self._losses_locked(ranks)
         return {
             "version": self._version, "ranks": ranks, "hosts": self._hosts_tuple_locked(order),
@@ -508,33 +442,6 @@ class LiveStore:
             cluster["other"][cols] = np.maximum(cluster["step"][cols] - cluster["data_wait"][cols]
                                                 - cluster["compute"][cols] - cluster["comm_exposed"][cols], 0.0)
 
-    def _devices_locked(self) -> tuple[tuple[GpuSeries, ...], tuple[HostState, ...]]:
-        # GPU and host samples arrive at a few Hz each: rebuild the series of those that got one (copy-on-change)
-        if self._gpu_cache is not None and self._gpu_cache[0] == self._gpu_version:
-            return self._gpu_cache[1], self._gpu_cache[2]
-        for key in self._gpu_dirty:
-            ring, s = self._gpus[key]
-            self._gpu_series[key] = GpuSeries(
-                s.host, s.gpu_index, s.name, s.rank, readonly(ring.ordered("ts_s")), readonly(ring.ordered("util_pct")),
-                readonly(ring.ordered("mem_used_bytes")),
-                math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes))
-        self._gpu_dirty.clear()
-        for name in self._host_dirty:
-            ring, h = self._hosts[name]
-            self._host_series[name] = HostState(
-                h.host, h.gpu_status, h.gpu_status_detail, h.gpu_count, readonly(ring.ordered("ts_s")),
-                readonly(ring.ordered("cpu_pct")), math.nan if h.mem_used_bytes is None else float(h.mem_used_bytes),
-                math.nan if h.mem_total_bytes is None else float(h.mem_total_bytes))
-        self._host_dirty.clear()
-        if self._gpu_order is None:
-            self._gpu_order = sorted(self._gpus)  # (host, gpu_index)
-        if self._host_order is None:
-            self._host_order = sorted(self._hosts)
-        gpus = tuple(self._gpu_series[key] for key in self._gpu_order)
-        hosts = tuple(self._host_series[name] for name in self._host_order)
-        self._gpu_cache = (self._gpu_version, gpus, hosts)
-        return gpus, hosts
-
     def _losses_locked(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._loss_cache is not None and self._loss_cache[0] == self._loss_version:
             return self._loss_cache[1], self._loss_cache[2]
@@ -569,22 +476,3 @@ class LiveStore:
 def _oldest_first(matrix: np.ndarray, split: int) -> np.ndarray:
     """A copy of a ranks x buckets ring with its columns rotated oldest-first (two slices: no fancy indexing)."""
     return np.concatenate((matrix[:, split:], matrix[:, :split]), axis=1)
-
-
-def _series_columns(kind: str, entries: list[tuple[_Ring, dict[str, Any]]]) -> Columns:
-    out = empty_columns(kind)
-    if not entries:
-        return out
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in out}
-    for ring, fixed in entries:
-        n = min(ring.count, ring.size)
-        for name in out:
-            if name in ring.names:
-                parts[name].append(ring.ordered(name))
-            elif name in fixed and isinstance(fixed[name], str | type(None)) and out[name].dtype == object:
-                parts[name].append(np.array([fixed[name]] * n, dtype=object))
-            elif name in fixed and fixed[name] is not None:
-                parts[name].append(np.full(n, float(fixed[name])))
-            else:
-                parts[name].append(np.full(n, np.nan) if out[name].dtype != object else np.full(n, None, object))
-    return {name: np.concatenate(chunks) for name, chunks in parts.items()}

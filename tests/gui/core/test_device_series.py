@@ -1,0 +1,151 @@
+"""DeviceSeries without Qt: real schema samples in, the frame's GPU / host series and SessionData columns out.
+
+The store-level behaviour (through wire batches) is in test_store.py; these tests pin the class's own contract and
+one concurrency test checks that LiveStore's lock still covers it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from agent import wire
+from agent.schema import GpuSample, GpuStatus, HostSample
+from gui.core.device_series import DeviceSeries
+from gui.core.session_data import empty_columns
+from gui.core.store import LiveStore
+
+T0 = 1_700_000_000.0
+
+
+def test_gpus_sampled_out_of_order_come_out_sorted_with_readings_in_arrival_order() -> None:
+    devices = DeviceSeries(series_len=8)
+    keys = [("h1", 1), ("h0", 2), ("h1", 0), ("h0", 0)]
+    # each GPU's readings arrive interleaved with the others', one of them with an earlier timestamp than the last
+    offsets = [0.0, 2.0, 1.0]
+    for k, offset in enumerate(offsets):
+        for i, (host, index) in enumerate(keys):
+            devices.take_gpu(GpuSample(T0 + offset, host, index, util_pct=10.0 * i + k, mem_total_bytes=100 + i))
+    gpus, hosts = devices.frame()
+    assert [(g.host, g.gpu_index) for g in gpus] == sorted(keys)
+    assert hosts == ()
+    for g in gpus:
+        i = keys.index((g.host, g.gpu_index))
+        assert list(g.ts_s) == [T0 + offset for offset in offsets]  # kept as they came: the ring does not reorder
+        assert list(g.util_pct) == [10.0 * i + k for k in range(len(offsets))]
+        assert np.isnan(g.mem_used_bytes).all()  # never reported: missing, not 0
+        assert g.mem_total_bytes == 100 + i
+
+
+def test_ring_keeps_the_newest_readings_oldest_first() -> None:
+    size, taken = 5, 13
+    devices = DeviceSeries(series_len=size)
+    for i in range(taken):
+        devices.take_gpu(GpuSample(T0 + i, "h", 0, util_pct=float(i)))
+    (gpu,), _ = devices.frame()
+    assert list(gpu.ts_s) == [T0 + i for i in range(taken - size, taken)]
+    assert list(gpu.util_pct) == [float(i) for i in range(taken - size, taken)]
+    columns = devices.gpu_columns()
+    assert list(columns["util_pct"]) == list(gpu.util_pct)
+
+
+def test_host_without_gpu() -> None:
+    devices = DeviceSeries(series_len=8)
+    devices.take_host(HostSample(T0, "cpu-box", 12.0, 1, 2, None, None, 0, GpuStatus.NO_GPU, "no lib"))
+    gpus, (host,) = devices.frame()
+    assert gpus == ()
+    assert (host.host, host.gpu_status, host.gpu_status_detail, host.gpu_count) == ("cpu-box", GpuStatus.NO_GPU,
+                                                                                    "no lib", 0)
+    assert list(host.cpu_pct) == [12.0] and host.mem_used_bytes == 1 and host.mem_total_bytes == 2
+    gpu_columns = devices.gpu_columns()
+    assert set(gpu_columns) == set(empty_columns("gpu")) and all(c.size == 0 for c in gpu_columns.values())
+    host_columns = devices.host_columns()
+    assert list(host_columns["host"]) == ["cpu-box"] and list(host_columns["cpu_pct"]) == [12.0]
+
+
+def test_host_readings_closer_than_the_interval_update_the_state_but_not_the_series() -> None:
+    devices = DeviceSeries(series_len=8)
+    devices.take_host(HostSample(T0, "h", 10.0, 1, 8))
+    devices.take_host(HostSample(T0 + 0.05, "h", 20.0, 2, 8))  # another agent on the same host, just after
+    devices.take_host(HostSample(T0 + 1.0, "h", 30.0, 3, 8))
+    _, (host,) = devices.frame()
+    assert list(host.cpu_pct) == [10.0, 30.0] and list(host.ts_s) == [T0, T0 + 1.0]
+    assert host.mem_used_bytes == 3  # the latest reading, whether or not it entered the series
+
+
+def test_missing_memory_stays_nan() -> None:
+    devices = DeviceSeries(series_len=4)
+    devices.take_gpu(GpuSample(T0, "h", 0))
+    devices.take_host(HostSample(T0, "h", None, None, None, gpu_count=1, gpu_status=GpuStatus.OK))
+    (gpu,), (host,) = devices.frame()
+    assert math.isnan(gpu.mem_total_bytes) and math.isnan(gpu.util_pct[0])
+    assert math.isnan(host.mem_used_bytes) and math.isnan(host.mem_total_bytes) and math.isnan(host.cpu_pct[0])
+
+
+def test_copy_on_change_keeps_unchanged_series_identical_between_frames() -> None:
+    devices = DeviceSeries(series_len=8)
+    for index in range(3):
+        devices.take_gpu(GpuSample(T0, "h", index, util_pct=float(index)))
+    for host in ("a", "b"):
+        devices.take_host(HostSample(T0, host, 1.0))
+    first_gpus, first_hosts = devices.frame()
+    again = devices.frame()
+    assert again[0] is first_gpus and again[1] is first_hosts  # nothing sampled: the very same tuples
+    devices.take_gpu(GpuSample(T0 + 1, "h", 1, util_pct=50.0))
+    devices.take_host(HostSample(T0 + 1, "b", 2.0))
+    gpus, hosts = devices.frame()
+    assert [a is b for a, b in zip(first_gpus, gpus, strict=True)] == [True, False, True]
+    assert [a is b for a, b in zip(first_hosts, hosts, strict=True)] == [True, False]
+    assert list(first_gpus[1].util_pct) == [1.0]  # the previous frame's series did not change under it
+    assert list(gpus[1].util_pct) == [1.0, 50.0]
+    for series in (*gpus, *hosts):
+        with pytest.raises(ValueError):
+            series.ts_s[0] = 0.0
+
+
+def test_store_lock_covers_device_series_under_concurrent_ingest() -> None:
+    # Writers feed GPU and host samples while the GUI side takes frames and SessionData: each frame's columns must
+    # be consistent (same length, newest last), which a read racing an append would break.
+    store = LiveStore(series_len=32)
+    stop = time.monotonic() + 1.0
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            k = 0
+            while time.monotonic() < stop:
+                ts = T0 + k
+                records = [GpuSample(ts, f"h{w}", g, util_pct=float(k), mem_used_bytes=k) for g in range(4)]
+                records.append(HostSample(ts, f"h{w}", float(k)))
+                store.on_batch(wire.decode(wire.encode(f"w{w}", k, ts, records)), ts)
+                k += 1
+        except BaseException as exc:  # handed to the main thread, which fails the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(2)]
+    for thread in threads:
+        thread.start()
+    frames = 0
+    try:
+        while time.monotonic() < stop:
+            snap = store.snapshot(now_s=T0 + frames)
+            for g in snap.gpus:
+                assert g.ts_s.size == g.util_pct.size == g.mem_used_bytes.size
+                assert np.all(np.diff(g.ts_s) > 0)
+                assert np.array_equal(g.util_pct, g.ts_s - T0)
+            for h in snap.host_states:
+                assert h.ts_s.size == h.cpu_pct.size
+            data = store.to_session_data()
+            assert len({c.size for c in data.gpu.values()}) <= 1 and len({c.size for c in data.host.values()}) <= 1
+            frames += 1
+    finally:
+        for thread in threads:
+            thread.join(timeout=5.0)
+    assert not errors, errors
+    assert not any(thread.is_alive() for thread in threads)
+    assert frames > 0
+    assert store.snapshot().counters["bad_records"] == 0
