@@ -63,7 +63,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         grid.setContentsMargins(0, 0, 0, 0)
         self.heat_plot = make_plot("rank", None, "time relative to now", "s", tooltip)
         self.no_data = QtWidgets.QGraphicsRectItem()
-        self.no_data.setBrush(theme.color(theme.NO_DATA_COLOR))
+        self.no_data.setBrush(theme.color(theme.current().no_data))
         self.no_data.setPen(pg.mkPen(None))
         self.no_data.setZValue(-10)
         self.heat_plot.addItem(self.no_data)
@@ -78,7 +78,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         plot_item.layout.addItem(self.colorbar, 2, 5)
         plot_item.layout.setColumnFixedWidth(4, 5)
         self._lut = np.vstack([colormap.getLookupTable(0.0, 1.0, 255, alpha=True),
-                               np.array([[*theme.color(theme.NO_DATA_COLOR).getRgb()]], np.uint8)])
+                               np.array([[*theme.color(theme.current().no_data).getRgb()]], np.uint8)])
         self.bands_plot = make_plot("p5/50/95", "%", "time relative to now", "s",
                                     "Percentiles over ranks per time bucket: half the ranks are below p50, "
                                     "5 % of them above p95.")

@@ -43,10 +43,14 @@ class Appearance:
     highlight: str
     plot_background: str
     plot_foreground: str
+    no_data: str
+    """Cells without data: distinct from the colormap's dark 0, quiet enough not to outshine the data."""
 
 
-DARK = Appearance("dark", "#1e1f22", "#26282c", "#2d3035", "#e6e6e6", "#9aa0a6", "#3d7bd9", "#17181b", "#c8c8c8")
-LIGHT = Appearance("light", "#f3f3f3", "#ffffff", "#f5f7fa", "#1d1d1f", "#5f6368", "#2f6fcf", "#ffffff", "#303030")
+DARK = Appearance("dark", "#1e1f22", "#26282c", "#2d3035", "#e6e6e6", "#9aa0a6", "#3d7bd9", "#17181b", "#c8c8c8",
+                  "#4a4d52")
+LIGHT = Appearance("light", "#f3f3f3", "#ffffff", "#f5f7fa", "#1d1d1f", "#5f6368", "#2f6fcf", "#ffffff", "#303030",
+                   NO_DATA_COLOR)
 THEMES: dict[str, Appearance] = {"dark": DARK, "light": LIGHT}
 
 _current: Appearance = DARK

@@ -11,6 +11,7 @@ from PySide6 import QtCore, QtGui
 from agent import wire
 from agent.schema import GpuStatus, Hello, HostSample, Step
 from gui.core.store import STATE_LOST, LiveStore
+from gui.views import theme
 from gui.views.qt_gpu_panel import NO_GPU_TEXT
 from gui.views.qt_main_window import QtMainWindow
 from gui.views.qt_preferences import Preferences
@@ -80,7 +81,9 @@ def test_many_ranks_switch_to_heatmap_bands_and_top_list(window) -> None:  # typ
     assert image.shape[0] == 40
     assert (image == 255).any()  # buckets before the first step are drawn as "no data", not as 0
     assert image[image != 255].max() == round(30.0 * 2.54)  # 0.03 s of a 0.1 s step = 30 %
-    assert tuple(win.stall._lut[255][:3]) == (0xD9, 0xD9, 0xD9)  # the grey of gui.core.phases.NO_DATA_COLOR
+    no_data = QtGui.QColor(theme.current().no_data)  # the theme's quiet grey, not the colormap's 0
+    assert tuple(win.stall._lut[255][:3]) == (no_data.red(), no_data.green(), no_data.blue())
+    assert tuple(win.stall._lut[255][:3]) != tuple(win.stall._lut[0][:3])
     assert win.stall.top.count() > 0
     assert np.isfinite(win.stall.p50.yData).any()
     text = win.stall.heat_hover.text_at(float(win.stall._x[-2]), 7.5)
