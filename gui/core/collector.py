@@ -99,6 +99,9 @@ class Collector:
         socket.setsockopt(zmq.MAXMSGSIZE, 16 * wire.MAX_MESSAGE_BYTES)
         if self._keys is not None:
             self._secure(context, socket, self._keys)
+        # Failed handshakes are invisible otherwise: count them (a wrong or missing token on a --secure collector,
+        # or an agent with a token talking to one that is not --secure).
+        self._monitor = socket.get_monitor_socket(_HANDSHAKE_FAILED)
         try:
             socket.bind(_zmq_endpoint(self._bind))
         except zmq.ZMQError as exc:
@@ -149,11 +152,10 @@ class Collector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- CURVE ---------------------------------------------------------------------------------------------------
+    # ---- CURVE and handshakes ------------------------------------------------------------------------------------
 
     def _secure(self, context: zmq.Context, socket: zmq.Socket, keys: CollectorKeys) -> None:
-        """Make ``socket`` a CURVE server that admits only ``keys.client_public`` (checked by a ZAP handler), and
-        watch its failed handshakes (wrong key, plaintext agent) so they are counted, not silent."""
+        """Make ``socket`` a CURVE server that admits only ``keys.client_public`` (checked by a ZAP handler)."""
         allowed = keys.client_public.encode()
 
         class _AllowList:
@@ -165,13 +167,12 @@ class Collector:
         authenticator.configure_curve_callback("*", credentials_provider=_AllowList())
         self._authenticator = authenticator
         keys.apply(socket)
-        self._monitor = socket.get_monitor_socket(_HANDSHAKE_FAILED)
 
     def _release(self, context: zmq.Context, socket: zmq.Socket | None) -> None:
         if self._monitor is not None:
             self._monitor.close(0)
         if socket is not None:
-            if self._keys is not None:
+            if self._monitor is not None:
                 socket.disable_monitor()
             socket.close(0)
         if self._authenticator is not None:
@@ -187,9 +188,16 @@ class Collector:
                 return
             where = event.get("endpoint", b"")
             where_text = where.decode(errors="replace") if isinstance(where, bytes) else str(where)
-            self._reject("unauthenticated", f"a connection to {where_text or self._endpoint} failed the CURVE "
-                         "handshake: the agent has no RINGSCOPE_KEY or a wrong one (give it this collector's "
-                         "access token)", time.time(), 0)
+            where_text = where_text or self._endpoint
+            if self._keys is not None:
+                self._reject("unauthenticated", f"a connection to {where_text} failed the CURVE handshake: the "
+                             "agent has no RINGSCOPE_KEY or a wrong one (give it this collector's access token)",
+                             time.time(), 0)
+            else:
+                self._reject("handshake", f"a connection to {where_text} failed the handshake: an agent with "
+                             "RINGSCOPE_KEY set talks to a collector started without --secure (unset it, or "
+                             "start this one with --secure), or the peer is not a Ringscope agent",
+                             time.time(), 0)
 
     # ---- Receive thread ------------------------------------------------------------------------------------------
 

@@ -117,3 +117,19 @@ def test_keys_command_prints_a_token_agents_accept(tmp_path: Path) -> None:
     exported = subprocess.run([sys.executable, "-m", "gui.cli", "keys", "--key-file", str(key_file), "--export"],
                               capture_output=True, text=True, timeout=60, check=True).stdout
     assert exported.strip() == f"export {ENV_KEY}={shlex.quote(token)}"
+
+
+def test_an_agent_with_a_token_at_a_plain_collector_is_counted_not_silent(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv(ENV_KEY, raising=False)
+    monkeypatch.delenv(ENV_KEY_FILE, raising=False)
+    sink = ListSink()
+    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
+    try:
+        _send_steps(collector.endpoint, CollectorKeys.generate().agent_keys, "has-a-token")
+        _send_steps(collector.endpoint, None, "plain")
+        assert wait_for(lambda: len(sink.steps()) >= 5, 10)
+        assert wait_for(lambda: collector.counters.rejected.get("handshake", 0) >= 1, 10)
+        assert {r.run_id for b, _ in sink.batches for r in b.records if hasattr(r, "run_id")} == {"plain"}
+        assert any("without --secure" in r.detail for r in sink.rejections)
+    finally:
+        collector.close()
