@@ -93,10 +93,8 @@ class Snapshot:
     bucket_s: float
     bucket_start_s: np.ndarray
     bucket_stamp: np.ndarray  # per bucket: changes whenever that bucket's heat column changes (views redo only those)
-    heat_step_s: np.ndarray
     heat_data_wait_share: np.ndarray
     heat_comm_exposed_share: np.ndarray
-    heat_compute_share: np.ndarray
     cluster_phase_s: dict[str, np.ndarray]  # per bucket, mean over ranks, seconds; keys PHASES + "step"
     gpus: tuple[GpuSeries, ...]
     host_states: tuple[HostState, ...]
@@ -169,9 +167,8 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         recent_comm_exposed_s=readonly(r_comm), drops=readonly(raw["drops"]), gaps=readonly(raw["gaps"]),
         bucket_s=bucket_s, bucket_start_s=readonly(bucket_start),
         bucket_stamp=readonly(raw["bucket_stamp"]),
-        heat_step_s=readonly(heat["step_s"]), heat_data_wait_share=readonly(heat["data_wait_s"]),
+        heat_data_wait_share=readonly(heat["data_wait_s"]),
         heat_comm_exposed_share=readonly(heat["comm_exposed_s"]),
-        heat_compute_share=readonly(heat["compute_s"]),
         cluster_phase_s={k: readonly(v.astype(np.float64)) for k, v in cluster.items()},
         gpus=raw["gpus"], host_states=raw["hosts_state"],
         framework=first.framework if first else "", strategy=first.strategy if first else "", world_size=world,

@@ -52,7 +52,7 @@ __all__ = ["PHASES", "STATE_FINISHED", "STATE_LOST", "STATE_RUNNING", "GpuSeries
 log = logging.getLogger(__name__)
 
 _RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_exposed_s", "samples", "loss")
-_HEAT: Final = ("step_s", "data_wait_s", "compute_s", "comm_exposed_s")
+_HEAT: Final = ("data_wait_s", "comm_exposed_s")  # the per-rank shares the views show as heat maps
 _BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
                        "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
 _HEAT_POOL: Final = 8  # recycled frame copies per heat matrix: the window keeps ~6 snapshots alive (views, cache)
@@ -431,8 +431,7 @@ class LiveStore:
         sums = {name: a[:n, cols] for name, a in self._sums.items()}
         with np.errstate(all="ignore"):
             step_mean = sums["step_s"] / sums["n"]
-            self._heat["step_s"][:n, cols] = step_mean
-            for name in ("data_wait_s", "compute_s", "comm_exposed_s"):
+            for name in _HEAT:
                 self._heat[name][:n, cols] = (sums[name] / sums["n_" + name]) / step_mean
             cluster = self._cluster
             cluster["step"][cols] = sums["step_s"].sum(0) / sums["n"].sum(0)

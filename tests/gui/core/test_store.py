@@ -61,9 +61,9 @@ def test_steps_reach_table_heat_and_breakdown() -> None:
     assert np.allclose(snap.recent_step_s, 0.1)
     assert np.allclose(snap.recent_comm_exposed_s, 0.04)
     assert np.all(np.diff(snap.bucket_start_s) == 1.0)  # one time axis, oldest first
-    used = ~np.isnan(snap.heat_step_s[0])
+    used = ~np.isnan(snap.heat_data_wait_share[0])
     assert used.sum() == 4 and used[-1]  # steps ended in 3 full seconds + one partial, the newest last
-    assert np.all(np.isnan(snap.heat_step_s[:, ~used]))  # empty buckets are NaN, never 0
+    assert np.all(np.isnan(snap.heat_data_wait_share[:, ~used]))  # empty buckets are NaN, never 0
     assert np.allclose(snap.heat_comm_exposed_share[:, used], 0.4, atol=1e-4)
     assert np.allclose(snap.cluster_phase_s["compute"][used], 0.04, atol=1e-6)
     assert np.allclose(snap.cluster_phase_s["other"][used], 0.1 - 0.01 - 0.04 - 0.04, atol=1e-6)
@@ -160,7 +160,7 @@ def test_snapshot_is_immutable_and_cached_until_a_change() -> None:
     a = store.snapshot(now_s=T0 + 1)
     assert store.snapshot(now_s=T0 + 1.05) is a
     with pytest.raises(ValueError):
-        a.heat_step_s[0, 0] = 1.0
+        a.heat_data_wait_share[0, 0] = 1.0
     store.on_batch(batch("a0", [step(0, 9, T0 + 1)], seq=99), T0 + 1)
     assert store.snapshot(now_s=T0 + 1.05).version > a.version
 
@@ -171,7 +171,7 @@ def test_first_batch_is_kept_out_of_steady_pictures_but_updates_the_table() -> N
                    T0 + 5)
     snap = store.snapshot(now_s=T0 + 5)
     assert snap.current_step[0] == 0 and math.isnan(snap.recent_data_wait_s[0])
-    assert np.all(np.isnan(snap.heat_step_s))
+    assert np.all(np.isnan(snap.heat_data_wait_share))
 
 
 def test_to_session_data_holds_recent_steps_and_samples() -> None:
@@ -208,7 +208,7 @@ def test_concurrent_ingest_and_snapshots_do_not_break() -> None:
     frames = 0
     while time.monotonic() < stop:
         snap = store.snapshot()
-        assert snap.ranks.size == snap.heat_step_s.shape[0] == len(snap.state)
+        assert snap.ranks.size == snap.heat_data_wait_share.shape[0] == len(snap.state)
         frames += 1
     for t in threads:
         t.join(5)
@@ -243,12 +243,13 @@ def test_a_snapshot_does_not_change_when_more_steps_arrive() -> None:
     store = LiveStore()
     feed_cluster(store, 3, 5)
     snap = store.snapshot(now_s=T0 + 1)
-    before = (snap.current_step.copy(), snap.last_seen_s.copy(), snap.ranks.copy(), snap.heat_step_s.copy())
+    before = (snap.current_step.copy(), snap.last_seen_s.copy(), snap.ranks.copy(), snap.heat_data_wait_share.copy())
     for r in range(3):
         store.on_batch(batch(f"a{r}", [step(r, 40, T0 + 2.0, comm=0.09)], seq=50), T0 + 9)
     newer = store.snapshot(now_s=T0 + 2.05)
     assert list(newer.current_step) == [40] * 3
-    for old, kept in zip(before, (snap.current_step, snap.last_seen_s, snap.ranks, snap.heat_step_s), strict=True):
+    kept_arrays = (snap.current_step, snap.last_seen_s, snap.ranks, snap.heat_data_wait_share)
+    for old, kept in zip(before, kept_arrays, strict=True):
         assert np.array_equal(old, kept, equal_nan=True)
 
 

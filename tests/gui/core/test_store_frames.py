@@ -27,8 +27,8 @@ def test_bucket_stamps_change_exactly_where_heat_columns_change() -> None:
     _steps(store, [0, 1, 2], T0 + 5.7, 6)  # into the newest bucket only
     second = store.snapshot(now_s=T0 + 6.1)
     changed = second.bucket_stamp != first.bucket_stamp  # a stamp moves when its column does, and only then
-    heat_changed = ~np.all((first.heat_step_s == second.heat_step_s)
-                           | (np.isnan(first.heat_step_s) & np.isnan(second.heat_step_s)), axis=0)
+    heat_changed = ~np.all((first.heat_data_wait_share == second.heat_data_wait_share)
+                           | (np.isnan(first.heat_data_wait_share) & np.isnan(second.heat_data_wait_share)), axis=0)
     assert changed.tolist() == heat_changed.tolist()
     assert changed.sum() == 1 and changed[-1]
     _steps(store, [0, 1, 2], T0 + 2.2, 7)  # a late step into an old bucket still in the history
@@ -45,22 +45,22 @@ def test_frame_copies_are_never_rewritten_while_a_snapshot_holds_them() -> None:
     for k in range(30):
         _steps(store, list(range(8)), T0 + 0.3 * k, k)
         snap = store.snapshot(now_s=T0 + 0.3 * k + 0.01)
-        held.append((snap, snap.heat_comm_exposed_share.copy(), snap.heat_step_s.copy()))
+        held.append((snap, snap.heat_comm_exposed_share.copy(), snap.heat_data_wait_share.copy()))
     for snap, comm, step_s in held:  # 30 live snapshots: more than the recycling pool holds
         np.testing.assert_array_equal(snap.heat_comm_exposed_share, comm)
-        np.testing.assert_array_equal(snap.heat_step_s, step_s)
-        assert not snap.heat_step_s.flags.writeable
+        np.testing.assert_array_equal(snap.heat_data_wait_share, step_s)
+        assert not snap.heat_data_wait_share.flags.writeable
 
 
 def test_frame_copies_are_recycled_once_released() -> None:
     store = LiveStore(bucket_s=1.0, buckets=20)
     _steps(store, [0, 1], T0, 0)
     snap = store.snapshot(now_s=T0 + 0.1)
-    address = snap.heat_step_s.__array_interface__["data"][0]
-    expected = snap.heat_step_s.copy()
+    address = snap.heat_data_wait_share.__array_interface__["data"][0]
+    expected = snap.heat_data_wait_share.copy()
     del snap
     store._cache = None  # the store's own reuse of an unchanged frame would also hold it
     again = store.snapshot(now_s=T0 + 0.1)
-    assert again.heat_step_s.__array_interface__["data"][0] == address  # same buffer, no fresh 1 MB per frame
-    np.testing.assert_array_equal(again.heat_step_s, expected)
-    assert not again.heat_step_s.flags.writeable
+    assert again.heat_data_wait_share.__array_interface__["data"][0] == address  # same buffer, no fresh 1 MB per frame
+    np.testing.assert_array_equal(again.heat_data_wait_share, expected)
+    assert not again.heat_data_wait_share.flags.writeable
