@@ -84,11 +84,12 @@ def test_cancel_from_the_progress_dialog_stops_the_export(qtbot, tmp_path: Path)
 
 
 def test_failed_export_reports_the_reason(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    exporter = QtReportExporter(None)
+    pool, gate = _gated_pool()  # the job runs only once the wait below listens: a fast failure is not missed
+    exporter = QtReportExporter(None, pool)
     job = exporter.start(make_session(ranks=2, steps=20), "html", str(tmp_path / "missing" / "r.html"),
                          show_progress=False)
     with qtbot.waitSignal(job.sig_failed, timeout=WAIT_MS) as failed:
-        pass
+        gate.open.set()
     assert "html export to" in failed.args[0] and "missing" in failed.args[0]
 
 
@@ -131,11 +132,12 @@ def test_compare_with_a_bad_session_file_says_which_and_why(qtbot, tmp_path: Pat
     good = _recorded(tmp_path / "good.db", 0.1)
     broken = tmp_path / "broken.db"
     broken.write_bytes(b"not a database at all" * 100)
-    exporter = QtReportExporter(None)
+    pool, gate = _gated_pool()
+    exporter = QtReportExporter(None, pool)
     job = exporter.start_work("comparison", str(tmp_path / "c.pdf"),
                               compare_work(good, str(broken), str(tmp_path / "c.pdf"), None), show_progress=False)
     with qtbot.waitSignal(job.sig_failed, timeout=WAIT_MS) as failed:
-        pass
+        gate.open.set()
     assert "broken.db" in failed.args[0]
     assert not (tmp_path / "c.pdf").exists()
 
