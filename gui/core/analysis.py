@@ -1,9 +1,11 @@
-"""Where did the step time go? Phase shares, throughput, GPU statistics, checkpoints and stragglers of a session.
+"""Where did the step time go? Phase shares, throughput, GPU statistics, checkpoints and data quality of a session.
 
 This module owns the numbers every report, the cost model and the recommendations are built on, following
-shared/MEASURING.md. It takes a ``SessionData`` (live or recorded) and returns plain frozen dataclasses. It must
-never import Qt or an ML framework, and never invent a value: a phase that was not measured is counted in the data
-quality section, and a missing GPU is stated, not shown as zero.
+shared/MEASURING.md, and ``analyze``, which assembles them into one ``SessionAnalysis``. Straggler detection and the
+exposed-wait diagnosis live in ``gui.core.straggler``; their names are re-exported here so importers keep one place to
+import from. It takes a ``SessionData`` (live or recorded) and returns plain frozen dataclasses. It must never
+import Qt or an ML framework, and never invent a value: a phase that was not measured is counted in the data quality
+section, and a missing GPU is stated, not shown as zero.
 """
 
 from __future__ import annotations
@@ -17,18 +19,26 @@ import numpy as np
 from agent.schema import EventKind, GpuStatus
 from gui.core.phases import PHASES
 from gui.core.session_data import Columns, SessionData
+from gui.core.straggler import (
+    HARDWARE_CLOCK_RATIO,
+    NETWORK_COMPUTE_SPREAD,
+    STRAGGLER_MIN_GAP_SHARE,
+    STRAGGLER_MIN_SHARE_OF_STEPS,
+    STRAGGLER_WINDOW_STEPS,
+    Straggler,
+    diagnose_wait,
+    find_straggler,
+)
+
+__all__ = [
+    "HARDWARE_CLOCK_RATIO", "NETWORK_COMPUTE_SPREAD", "OTHER_RESOLUTION_S", "PHASE_NAMES", "STRAGGLER_MIN_GAP_SHARE",
+    "STRAGGLER_MIN_SHARE_OF_STEPS", "STRAGGLER_WINDOW_STEPS", "WARMUP_STEPS", "Breakdown", "DataQuality", "GpuStats",
+    "RankSummary", "SessionAnalysis", "Straggler", "Timeline", "analyze", "find_straggler", "gpu_stats",
+    "phase_seconds", "steady_mask",
+]
 
 WARMUP_STEPS: Final[int] = 3
 """Steps per rank kept out of steady-state figures after the first batch (compilation, caches, allocator)."""
-STRAGGLER_WINDOW_STEPS: Final[int] = 20
-STRAGGLER_MIN_SHARE_OF_STEPS: Final[float] = 0.6
-"""A rank is the straggler of a window only if it has the smallest exposed wait in at least this share of steps."""
-STRAGGLER_MIN_GAP_SHARE: Final[float] = 0.05
-"""... and if it is late by at least this share of the median step time (smaller gaps are noise)."""
-NETWORK_COMPUTE_SPREAD: Final[float] = 0.10
-"""Compute of every rank within 10 % of the median: nobody's compute stands out (network-bound diagnosis)."""
-HARDWARE_CLOCK_RATIO: Final[float] = 0.9
-"""SM clock below 90 % of the other GPUs' median counts as a hardware cause."""
 OTHER_RESOLUTION_S: Final[float] = 1e-6
 """A step's unattributed remainder ("other") smaller than this counts as 0."""
 
@@ -91,20 +101,6 @@ class GpuStats:
     util_p95: float | None
     sm_clock_p50_mhz: float | None
     throttled_share: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Straggler:
-    """A rank that arrives last at the all-reduce, how late it is, and why (MEASURING.md, Stragglers)."""
-
-    rank: int
-    windows_flagged: int
-    windows_total: int
-    min_share: float
-    gap_s: float
-    gap_share: float
-    cause: str  # "input_pipeline" | "hardware" | "compute" | "other" | "unknown"
-    cause_detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,53 +229,10 @@ def analyze(session: SessionData, *, warmup_steps: int = WARMUP_STEPS, bucket_s:
         restarts=len(_event_times(session, EventKind.RESTART)),
         errors=len(_event_times(session, EventKind.ERROR)),
         straggler=straggler,
-        wait_diagnosis=_wait_diagnosis(overall, per_rank, straggler),
+        wait_diagnosis=diagnose_wait(straggler, overall.shares["comm_exposed"],
+                                     [r.breakdown.seconds["compute"] for r in per_rank if r.breakdown.steps]),
         data_quality=_data_quality(session),
     )
-
-
-def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray,
-                   window_steps: int = STRAGGLER_WINDOW_STEPS,
-                   gpus: Sequence[GpuStats] = ()) -> Straggler | None:
-    """The rank with the smallest exposed wait in most steps of a window, late by a real share of the step.
-
-    The gap is the median exposed wait of the *other* ranks minus this rank's wait: with two ranks the median of all
-    would halve the lateness. Returns the rank flagged in most windows, or None.
-    """
-    ranks = np.unique(steps["rank"][steady]).astype(int)
-    if len(ranks) < 2:
-        return None
-    wait, _step_index, step_s = _per_step_matrix(steps, steady, ranks)
-    if wait.shape[1] == 0:
-        return None
-    flagged: dict[int, list[tuple[float, float, float]]] = {}
-    windows = 0
-    for lo in range(0, wait.shape[1], window_steps):
-        block = wait[:, lo:lo + window_steps]
-        complete = ~np.isnan(block).any(axis=0)
-        if complete.sum() < max(3, min(window_steps, block.shape[1]) // 2):
-            continue
-        windows += 1
-        block = block[:, complete]
-        mins = np.argmin(block, axis=0)
-        counts = np.bincount(mins, minlength=len(ranks))
-        top = int(np.argmax(counts))
-        share = counts[top] / block.shape[1]
-        others = np.delete(block, top, axis=0)
-        gap = float(np.median(np.median(others, axis=0) - block[top]))
-        median_step = float(np.nanmedian(step_s[:, lo:lo + window_steps]))
-        gap_share = gap / median_step if median_step > 0 else 0.0
-        if share >= STRAGGLER_MIN_SHARE_OF_STEPS and gap_share >= STRAGGLER_MIN_GAP_SHARE:
-            flagged.setdefault(int(ranks[top]), []).append((share, gap, gap_share))
-    if not flagged:
-        return None
-    rank = max(flagged, key=lambda r: len(flagged[r]))
-    found = flagged[rank]
-    gap_s = float(np.median([g for _, g, _ in found]))
-    cause, detail = _straggler_cause(steps, phases, steady, rank, gap_s, gpus)
-    return Straggler(rank=rank, windows_flagged=len(found), windows_total=windows,
-                     min_share=float(np.mean([s for s, _, _ in found])), gap_s=gap_s,
-                     gap_share=float(np.median([g for _, _, g in found])), cause=cause, cause_detail=detail)
 
 
 def gpu_stats(session: SessionData) -> list[GpuStats]:
@@ -375,72 +328,6 @@ def _nice_bucket(raw: float) -> float:
         if candidate >= raw:
             return float(candidate)
     return float(np.ceil(raw / 3600.0) * 3600.0)
-
-
-def _per_step_matrix(steps: Columns, steady: np.ndarray, ranks: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exposed wait and step time as (rank x step index) matrices, NaN where a rank has no such step."""
-    index = np.unique(steps["step"][steady])
-    wait = np.full((len(ranks), len(index)), np.nan)
-    step_s = np.full((len(ranks), len(index)), np.nan)
-    row_of = {int(r): i for i, r in enumerate(ranks)}
-    cols = np.searchsorted(index, steps["step"][steady])
-    rows = np.array([row_of[int(r)] for r in steps["rank"][steady]], dtype=np.int64)
-    wait[rows, cols] = steps["comm_exposed_s"][steady]
-    step_s[rows, cols] = steps["step_s"][steady]
-    return wait, index, step_s
-
-
-def _straggler_cause(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray, rank: int, gap_s: float,
-                     gpus: Sequence[GpuStats]) -> tuple[str, str]:
-    """Attribute the lateness to the phase in which this rank exceeds the others' median."""
-    mine = (steps["rank"] == rank) & steady
-    ranks = [int(r) for r in np.unique(steps["rank"][steady]) if int(r) != rank]
-    excess: dict[str, float] = {}
-    for name in ("data_wait", "compute", "other"):
-        others = [float(np.median(phases[name][(steps["rank"] == r) & steady])) for r in ranks]
-        excess[name] = float(np.median(phases[name][mine])) - float(np.median(others))
-    name = max(excess, key=lambda k: excess[k])
-    value_ms = excess[name] * 1e3
-    if excess[name] < 0.5 * gap_s:
-        return "unknown", (f"rank {rank} is late by {gap_s * 1e3:.1f} ms but no measured phase explains it "
-                           f"(largest excess: {name} +{value_ms:.1f} ms)")
-    if name == "data_wait":
-        return "input_pipeline", f"rank {rank} waits {value_ms:.1f} ms more for data per step than the others"
-    if name == "other":
-        return "other", (f"rank {rank} spends {value_ms:.1f} ms more per step outside data/compute/comm "
-                         f"(host-side work, logging, synchronization)")
-    hardware = _hardware_evidence(rank, gpus)
-    if hardware:
-        return "hardware", f"rank {rank} computes {value_ms:.1f} ms longer per step; {hardware}"
-    return "compute", (f"rank {rank} computes {value_ms:.1f} ms longer per step; no clock/throttle evidence "
-                       f"(check host load, batch size, placement)")
-
-
-def _hardware_evidence(rank: int, gpus: Sequence[GpuStats]) -> str:
-    mine = [g for g in gpus if g.rank == rank]
-    others = [g.sm_clock_p50_mhz for g in gpus if g.rank != rank and g.sm_clock_p50_mhz]
-    for g in mine:
-        if g.throttled_share and g.throttled_share > 0.2:
-            return f"its GPU {g.host}:{g.gpu_index} reports throttle reasons in {g.throttled_share:.0%} of samples"
-        if g.sm_clock_p50_mhz and others and g.sm_clock_p50_mhz < HARDWARE_CLOCK_RATIO * float(np.median(others)):
-            return (f"its GPU {g.host}:{g.gpu_index} runs at {g.sm_clock_p50_mhz:.0f} MHz SM clock vs "
-                    f"{float(np.median(others)):.0f} MHz on the others")
-    return ""
-
-
-def _wait_diagnosis(overall: Breakdown, per_rank: Sequence[RankSummary], straggler: Straggler | None) -> str:
-    """What the exposed communication is mostly about: a straggler, the network, or nothing notable."""
-    if straggler is not None:
-        return "straggler"
-    computes = [r.breakdown.seconds["compute"] for r in per_rank if r.breakdown.steps]
-    if overall.steps == 0 or not computes:
-        return "none"
-    median = float(np.median(computes))
-    even = median > 0 and max(abs(c - median) for c in computes) <= NETWORK_COMPUTE_SPREAD * median
-    if overall.shares["comm_exposed"] >= 0.2 and even:
-        return "network"
-    return "none"
 
 
 def _gpu_statement(session: SessionData, gpus: Sequence[GpuStats]) -> tuple[bool, str]:

@@ -1,0 +1,180 @@
+"""Who makes the others wait at the all-reduce, and why: straggler detection and the exposed-wait diagnosis.
+
+This module owns the recorded-session straggler figures of shared/MEASURING.md (Stragglers): the ``Straggler``
+record, its thresholds, the windowed detection over steady steps, the attribution of the lateness to a phase or to
+the hardware, and the one-word diagnosis of what the exposed communication is about ("straggler", "network",
+"none"). It works on the step columns and phase seconds that ``gui.core.analysis`` computes and is re-exported by
+it; it must never import ``gui.core.analysis`` (that module imports this one), Qt or an ML framework. The cheap live
+heuristic of the dashboard is a different thing and lives in ``gui.core.snapshot``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import numpy as np
+
+from gui.core.session_data import Columns
+
+STRAGGLER_WINDOW_STEPS: Final[int] = 20
+STRAGGLER_MIN_SHARE_OF_STEPS: Final[float] = 0.6
+"""A rank is the straggler of a window only if it has the smallest exposed wait in at least this share of steps."""
+STRAGGLER_MIN_GAP_SHARE: Final[float] = 0.05
+"""... and if it is late by at least this share of the median step time (smaller gaps are noise)."""
+NETWORK_COMPUTE_SPREAD: Final[float] = 0.10
+"""Compute of every rank within 10 % of the median: nobody's compute stands out (network-bound diagnosis)."""
+HARDWARE_CLOCK_RATIO: Final[float] = 0.9
+"""SM clock below 90 % of the other GPUs' median counts as a hardware cause."""
+
+
+class GpuClockReading(Protocol):
+    """The per-GPU figures the hardware check reads; ``gui.core.analysis.GpuStats`` provides them.
+
+    A protocol rather than an import of ``GpuStats`` so that this module does not import ``gui.core.analysis``.
+    """
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def gpu_index(self) -> int: ...
+    @property
+    def rank(self) -> int | None: ...
+    @property
+    def sm_clock_p50_mhz(self) -> float | None: ...
+    @property
+    def throttled_share(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank that arrives last at the all-reduce, how late it is, and why (MEASURING.md, Stragglers)."""
+
+    rank: int
+    windows_flagged: int
+    windows_total: int
+    min_share: float
+    gap_s: float
+    gap_share: float
+    cause: str  # "input_pipeline" | "hardware" | "compute" | "other" | "unknown"
+    cause_detail: str
+
+
+# ---- Public API ---------------------------------------------------------------------------------------------------
+
+
+def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray,
+                   window_steps: int = STRAGGLER_WINDOW_STEPS,
+                   gpus: Sequence[GpuClockReading] = ()) -> Straggler | None:
+    """The rank with the smallest exposed wait in most steps of a window, late by a real share of the step.
+
+    The gap is the median exposed wait of the *other* ranks minus this rank's wait: with two ranks the median of all
+    would halve the lateness. Returns the rank flagged in most windows, or None.
+    """
+    ranks = np.unique(steps["rank"][steady]).astype(int)
+    if len(ranks) < 2:
+        return None
+    wait, _step_index, step_s = _per_step_matrix(steps, steady, ranks)
+    if wait.shape[1] == 0:
+        return None
+    flagged: dict[int, list[tuple[float, float, float]]] = {}
+    windows = 0
+    for lo in range(0, wait.shape[1], window_steps):
+        block = wait[:, lo:lo + window_steps]
+        complete = ~np.isnan(block).any(axis=0)
+        if complete.sum() < max(3, min(window_steps, block.shape[1]) // 2):
+            continue
+        windows += 1
+        block = block[:, complete]
+        mins = np.argmin(block, axis=0)
+        counts = np.bincount(mins, minlength=len(ranks))
+        top = int(np.argmax(counts))
+        share = counts[top] / block.shape[1]
+        others = np.delete(block, top, axis=0)
+        gap = float(np.median(np.median(others, axis=0) - block[top]))
+        median_step = float(np.nanmedian(step_s[:, lo:lo + window_steps]))
+        gap_share = gap / median_step if median_step > 0 else 0.0
+        if share >= STRAGGLER_MIN_SHARE_OF_STEPS and gap_share >= STRAGGLER_MIN_GAP_SHARE:
+            flagged.setdefault(int(ranks[top]), []).append((share, gap, gap_share))
+    if not flagged:
+        return None
+    rank = max(flagged, key=lambda r: len(flagged[r]))
+    found = flagged[rank]
+    gap_s = float(np.median([g for _, g, _ in found]))
+    cause, detail = _straggler_cause(steps, phases, steady, rank, gap_s, gpus)
+    return Straggler(rank=rank, windows_flagged=len(found), windows_total=windows,
+                     min_share=float(np.mean([s for s, _, _ in found])), gap_s=gap_s,
+                     gap_share=float(np.median([g for _, _, g in found])), cause=cause, cause_detail=detail)
+
+
+def diagnose_wait(straggler: Straggler | None, comm_exposed_share: float, rank_compute_s: Sequence[float]) -> str:
+    """What the exposed communication is mostly about: a straggler, the network, or nothing notable.
+
+    ``comm_exposed_share`` is the exposed-comm share of the mean steady step; ``rank_compute_s`` holds the mean
+    steady compute seconds of every rank that has steady steps (empty when none has).
+    """
+    if straggler is not None:
+        return "straggler"
+    if not rank_compute_s:
+        return "none"
+    median = float(np.median(rank_compute_s))
+    even = median > 0 and max(abs(c - median) for c in rank_compute_s) <= NETWORK_COMPUTE_SPREAD * median
+    if comm_exposed_share >= 0.2 and even:
+        return "network"
+    return "none"
+
+
+# ---- Helpers ------------------------------------------------------------------------------------------------------
+
+
+def _per_step_matrix(steps: Columns, steady: np.ndarray, ranks: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exposed wait and step time as (rank x step index) matrices, NaN where a rank has no such step."""
+    index = np.unique(steps["step"][steady])
+    wait = np.full((len(ranks), len(index)), np.nan)
+    step_s = np.full((len(ranks), len(index)), np.nan)
+    row_of = {int(r): i for i, r in enumerate(ranks)}
+    cols = np.searchsorted(index, steps["step"][steady])
+    rows = np.array([row_of[int(r)] for r in steps["rank"][steady]], dtype=np.int64)
+    wait[rows, cols] = steps["comm_exposed_s"][steady]
+    step_s[rows, cols] = steps["step_s"][steady]
+    return wait, index, step_s
+
+
+def _straggler_cause(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray, rank: int, gap_s: float,
+                     gpus: Sequence[GpuClockReading]) -> tuple[str, str]:
+    """Attribute the lateness to the phase in which this rank exceeds the others' median."""
+    mine = (steps["rank"] == rank) & steady
+    ranks = [int(r) for r in np.unique(steps["rank"][steady]) if int(r) != rank]
+    excess: dict[str, float] = {}
+    for name in ("data_wait", "compute", "other"):
+        others = [float(np.median(phases[name][(steps["rank"] == r) & steady])) for r in ranks]
+        excess[name] = float(np.median(phases[name][mine])) - float(np.median(others))
+    name = max(excess, key=lambda k: excess[k])
+    value_ms = excess[name] * 1e3
+    if excess[name] < 0.5 * gap_s:
+        return "unknown", (f"rank {rank} is late by {gap_s * 1e3:.1f} ms but no measured phase explains it "
+                           f"(largest excess: {name} +{value_ms:.1f} ms)")
+    if name == "data_wait":
+        return "input_pipeline", f"rank {rank} waits {value_ms:.1f} ms more for data per step than the others"
+    if name == "other":
+        return "other", (f"rank {rank} spends {value_ms:.1f} ms more per step outside data/compute/comm "
+                         f"(host-side work, logging, synchronization)")
+    hardware = _hardware_evidence(rank, gpus)
+    if hardware:
+        return "hardware", f"rank {rank} computes {value_ms:.1f} ms longer per step; {hardware}"
+    return "compute", (f"rank {rank} computes {value_ms:.1f} ms longer per step; no clock/throttle evidence "
+                       f"(check host load, batch size, placement)")
+
+
+def _hardware_evidence(rank: int, gpus: Sequence[GpuClockReading]) -> str:
+    mine = [g for g in gpus if g.rank == rank]
+    others = [g.sm_clock_p50_mhz for g in gpus if g.rank != rank and g.sm_clock_p50_mhz]
+    for g in mine:
+        if g.throttled_share and g.throttled_share > 0.2:
+            return f"its GPU {g.host}:{g.gpu_index} reports throttle reasons in {g.throttled_share:.0%} of samples"
+        if g.sm_clock_p50_mhz and others and g.sm_clock_p50_mhz < HARDWARE_CLOCK_RATIO * float(np.median(others)):
+            return (f"its GPU {g.host}:{g.gpu_index} runs at {g.sm_clock_p50_mhz:.0f} MHz SM clock vs "
+                    f"{float(np.median(others)):.0f} MHz on the others")
+    return ""
