@@ -1,7 +1,7 @@
 """The frame-side half of the live store: the immutable ``Snapshot`` a GUI frame draws, and the heuristics that
 turn the store's raw copy into it (per-rank recent means, idle share and cause, throughput, straggler).
 
-What it owns: the ``Snapshot`` / ``GpuSeries`` / ``HostState`` / ``Straggler`` types, the rank-state names, and
+What it owns: the ``Snapshot`` / ``GpuSeries`` / ``HostState`` / ``LiveStraggler`` types, the rank-state names, and
 ``build_snapshot`` (runs on the GUI thread, outside the store's lock, over arrays the store copied for it).
 
 What it must never do: import Qt, touch the store's live buffers or lock, or turn a missing reading into 0 (NaN
@@ -33,8 +33,9 @@ def readonly(array: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class Straggler:
-    """The rank the others wait for, and why the heuristic thinks so (one sentence for the overview)."""
+class LiveStraggler:
+    """The rank the others wait for *now* (recent per-rank means), and why the heuristic thinks so (one sentence for
+    the overview). The whole-session answer, per-step windows with the cause, is ``gui.core.straggler.Straggler``."""
 
     rank: int
     others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank
@@ -108,7 +109,7 @@ class Snapshot:
     idle_share: float  # NaN until steps with compute times arrived
     idle_cause: str  # one of PHASES other than compute, or "" when unknown
     idle_cause_share: float
-    straggler: Straggler | None
+    straggler: LiveStraggler | None
     counters: dict[str, Any]
     steps_total: int
     latest_end_s: float
@@ -177,7 +178,7 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         messages_per_s=_rate(raw["sec_abs"], raw["sec_msgs"], now),
         idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
         # lost or finished ranks keep their last steps but are not "the rank the others wait for" any more
-        straggler=find_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data,
+        straggler=find_live_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data,
                                  r_comp),
         counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
     )
@@ -217,8 +218,9 @@ def _rate(seconds_abs: np.ndarray, counts: np.ndarray, now: float, window: int =
     return float(counts[in_window].sum()) / (current - int(seconds_abs[used].min()))
 
 
-def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray, data_wait_s: np.ndarray,
-                   compute_s: np.ndarray | None = None, min_share: float = 0.05) -> Straggler | None:
+def find_live_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray,
+                        data_wait_s: np.ndarray, compute_s: np.ndarray | None = None,
+                        min_share: float = 0.05) -> LiveStraggler | None:
     """The rank the others wait for: in synchronous data parallelism the slowest rank waits least in AllReduce.
 
     A rank is named only when the other ranks' median exposed comm exceeds its own by at least ``min_share`` of
@@ -244,6 +246,6 @@ def find_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.nda
         if values[worst] - float(np.nanmedian(values[others])) >= 0.5 * gap:
             why = phase
             break
-    return Straggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
+    return LiveStraggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
                                                f"of each step for it in AllReduce")
 

@@ -39,15 +39,15 @@ from gui.core.snapshot import (
     STATE_RUNNING,
     GpuSeries,
     HostState,
+    LiveStraggler,
     Snapshot,
-    Straggler,
     build_snapshot,
-    find_straggler,
+    find_live_straggler,
     readonly,
 )
 
 __all__ = ["PHASES", "STATE_FINISHED", "STATE_LOST", "STATE_RUNNING", "GpuSeries", "HostState", "LiveStore",
-           "Snapshot", "Straggler", "find_straggler"]
+           "LiveStraggler", "Snapshot", "find_live_straggler"]
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from agent import wire
 from agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
 from agent.wire import Batch
 from gui.core.ingest import Gap, Rejection
-from gui.core.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_straggler
+from gui.core.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_live_straggler
 
 T0 = 1_700_000_000.0
 
@@ -95,7 +95,7 @@ def test_no_straggler_in_a_balanced_cluster() -> None:
     ranks = np.arange(8)
     step_s = np.full(8, 0.1)
     comm = 0.04 + np.linspace(0, 0.002, 8)  # jitter far below 5 % of a step
-    assert find_straggler(ranks, step_s, comm, np.full(8, 0.01)) is None
+    assert find_live_straggler(ranks, step_s, comm, np.full(8, 0.01)) is None
 
 
 def test_lost_finished_and_restarted_ranks() -> None:
@@ -231,10 +231,10 @@ def test_straggler_cause_is_the_phase_where_it_exceeds_the_others_not_the_larges
     data = np.array([0.020, 0.020])
     compute = np.array([0.002, 0.042])
     comm = np.array([0.042, 0.002])
-    by_compute = find_straggler(ranks, step_s, comm, data, compute)
+    by_compute = find_live_straggler(ranks, step_s, comm, data, compute)
     assert by_compute is not None and by_compute.rank == 1 and "slower compute" in by_compute.reason
     # Same gap, but this time rank 1 waits 40 ms longer for its batches than rank 0.
-    by_data = find_straggler(ranks, step_s, comm, np.array([0.002, 0.042]), np.array([0.020, 0.020]))
+    by_data = find_live_straggler(ranks, step_s, comm, np.array([0.002, 0.042]), np.array([0.020, 0.020]))
     assert by_data is not None and by_data.rank == 1 and "data loader" in by_data.reason
 
 
@@ -282,4 +282,4 @@ def test_snapshot_module_is_the_same_types() -> None:
     from gui.core import snapshot
 
     assert snapshot.Snapshot is __import__("gui.core.store", fromlist=["Snapshot"]).Snapshot
-    assert snapshot.find_straggler is find_straggler and snapshot.STATE_LOST == STATE_LOST
+    assert snapshot.find_live_straggler is find_live_straggler and snapshot.STATE_LOST == STATE_LOST
