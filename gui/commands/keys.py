@@ -12,10 +12,14 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent.keys import CollectorKeys
+
+
+_KEY_FILE_HELP = "collector key file (default ~/.local/share/ringscope/collector-keys.json)"
 
 
 def add_secure_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +27,7 @@ def add_secure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--secure", action="store_true",
                         help="require agents to authenticate and encrypt telemetry (ZeroMQ CURVE); agents need "
                              "the access token (`ringscope keys`); trainings launched from the window get it")
-    parser.add_argument("--key-file", metavar="F", help="collector key file for --secure (default "
-                                                        "~/.local/share/ringscope/collector-keys.json)")
+    parser.add_argument("--key-file", metavar="F", help=_KEY_FILE_HELP + ", used with --secure")
 
 
 def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys | None, int]:
@@ -32,37 +35,45 @@ def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys |
     key file cannot be used. Also tells where the agents' token is."""
     if not getattr(args, "secure", False):
         return None, 0
+    from gui.core.access import ENV_KEY_FILE
+
+    loaded = _load(args.key_file, command)
+    if loaded is None:
+        return None, 2
+    keys, token_file = loaded
+    print(f"ringscope {command}: agents must authenticate (CURVE); give them {ENV_KEY_FILE}={token_file} or the "
+          "token from `ringscope keys`", file=sys.stderr)
+    return keys, 0
+
+
+def _load(key_file: str | None, command: str) -> tuple[CollectorKeys, Path] | None:
+    """The collector's keys (created on first use) and the agents' token file written beside them; None after
+    printing why the key file cannot be used."""
     from agent.keys import AccessKeyError
-    from gui.core.access import ENV_KEY_FILE, collector_keys, write_agent_token
+    from gui.core.access import collector_keys, write_agent_token
 
     try:
-        keys = collector_keys(args.key_file)
+        keys = collector_keys(key_file)
     except AccessKeyError as exc:
         print(f"ringscope {command}: {exc}", file=sys.stderr)
-        return None, 2
-    print(f"ringscope {command}: agents must authenticate (CURVE); give them {ENV_KEY_FILE}="
-          f"{write_agent_token(keys, args.key_file)} or the token from `ringscope keys`", file=sys.stderr)
-    return keys, 0
+        return None
+    return keys, write_agent_token(keys, key_file)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ringscope keys``."""
-    parser.add_argument("--key-file", metavar="F", help="collector key file (default "
-                                                        "~/.local/share/ringscope/collector-keys.json)")
+    parser.add_argument("--key-file", metavar="F", help=_KEY_FILE_HELP)
     parser.add_argument("--export", action="store_true", help="print only `export RINGSCOPE_KEY=...` (for eval)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the token (and where it is stored); exit 2 when the key file is unusable."""
-    from agent.keys import AccessKeyError
-    from gui.core.access import ENV_KEY, ENV_KEY_FILE, collector_keys, default_key_path, write_agent_token
+    from gui.core.access import ENV_KEY, ENV_KEY_FILE, default_key_path
 
-    try:
-        keys = collector_keys(args.key_file)
-    except AccessKeyError as exc:
-        print(f"ringscope keys: {exc}", file=sys.stderr)
+    loaded = _load(args.key_file, "keys")
+    if loaded is None:
         return 2
-    token_file = write_agent_token(keys, args.key_file)
+    keys, token_file = loaded
     if args.export:
         print(f"export {ENV_KEY}={shlex.quote(keys.agent_keys.token)}")
         return 0

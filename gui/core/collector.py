@@ -55,7 +55,8 @@ class Collector:
             (read it back from ``endpoint``).
         sinks: consumers called on the receive thread (``add_sink`` adds more, before or after ``start``).
         keys: require CURVE (``agent.keys``): connections are encrypted and only agents holding
-            ``keys.agent_keys.token`` get in; failed handshakes are counted as rejected ("unauthenticated").
+            ``keys.agent_keys.token`` get in. Failed handshakes are counted as rejected: "unauthenticated" with
+            keys, "handshake" without (an agent holding a token at a collector that does not ask for one).
     """
 
     def __init__(self, bind: str = DEFAULT_BIND, sinks: Sequence[IngestSink] = (),
@@ -140,11 +141,6 @@ class Collector:
                 return  # the thread still owns the socket; it is a daemon and dies with the process
         if self._context is not None:
             self._release(self._context, self._socket)
-
-    @property
-    def secure(self) -> bool:
-        """Whether agents must authenticate (CURVE)."""
-        return self._keys is not None
 
     def __enter__(self) -> Collector:
         return self.start()

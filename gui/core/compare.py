@@ -7,8 +7,6 @@ bundles and renders the comparison as HTML (self-contained, like the report) or 
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from matplotlib.figure import Figure
 
 from gui.core.phases import PHASES
 from gui.core.report import build_report, charts
-from gui.core.report.html import STYLE, legend_html, write_text_atomically
+from gui.core.report.html import STYLE, atomic_target, legend_html, write_text_atomically
 from gui.core.report.model import Report, straggler_text
 from gui.core.report.progress import CancelFlag, Progress, ProgressCallback
 from gui.core.session import load
@@ -145,19 +143,12 @@ def write_compare_pdf(comparison: Comparison, path: str | Path, progress: Progre
     charts."""
     progress = progress or Progress()
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".pdf")
-    os.close(fd)
-    try:
-        with PdfPages(tmp) as pdf:
-            pdf.savefig(_table_page(comparison))
-            for number, report in enumerate((comparison.a, comparison.b)):
-                progress(0.2 + 0.4 * number, "drawing charts")
-                pdf.savefig(charts.rank_bars(report.analysis))
-                pdf.savefig(charts.step_breakdown_columns(report.analysis))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(target) as tmp, PdfPages(tmp) as pdf:
+        pdf.savefig(_table_page(comparison))
+        for number, report in enumerate((comparison.a, comparison.b)):
+            progress(0.2 + 0.4 * number, "drawing charts")
+            pdf.savefig(charts.rank_bars(report.analysis))
+            pdf.savefig(charts.step_breakdown_columns(report.analysis))
     progress(1.0, "comparison PDF written")
     return target
 

@@ -7,10 +7,11 @@ and renamed, so a cancelled export leaves nothing behind. Must never import Qt.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -88,16 +89,24 @@ def write_html(report: Report, path: str | Path, progress: Progress | None = Non
     return write_text_atomically(Path(path), text)
 
 
-def write_text_atomically(target: Path, text: str) -> Path:
-    """Write ``text`` to a temporary file next to ``target`` and rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+@contextlib.contextmanager
+def atomic_target(target: Path) -> Iterator[Path]:
+    """A temporary path next to ``target`` to write to; renamed into place when the block ends, removed if it
+    raises (a cancelled or failed export leaves nothing behind)."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        yield Path(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomically(target: Path, text: str) -> Path:
+    """Write ``text`` to a temporary file next to ``target`` and rename it into place."""
+    with atomic_target(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return target
 
 

@@ -7,8 +7,6 @@ nothing behind.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
 from gui.core.report import charts
+from gui.core.report.html import atomic_target
 from gui.core.report.model import Report, Rows, checkpoint_rows, cost_rows, headline_rows, quality_rows
 from gui.core.report.progress import Progress
 
@@ -32,23 +31,17 @@ def write_pdf(report: Report, path: str | Path, progress: Progress | None = None
     pages += [("chart", f) for f in (charts.step_breakdown_columns, charts.throughput_line, charts.rank_bars,
                                      charts.gpu_utilization)]
     pages.append(("cost", charts.cost_split))
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".pdf")
-    os.close(fd)
-    try:
-        with PdfPages(tmp, metadata={"Title": f"Ringscope report {a.run_id}", "Creator": "Ringscope"}) as pdf:
-            for number, (kind, content) in enumerate(pages):
-                progress(number / len(pages), f"page {number + 1} of {len(pages)}")
-                if kind == "text":
-                    fig = _text_page(content)  # type: ignore[arg-type]
-                elif kind == "cost":
-                    fig = content(report.cost)  # type: ignore[operator]
-                else:
-                    fig = content(a)  # type: ignore[operator]
-                pdf.savefig(fig)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(target) as tmp, \
+            PdfPages(tmp, metadata={"Title": f"Ringscope report {a.run_id}", "Creator": "Ringscope"}) as pdf:
+        for number, (kind, content) in enumerate(pages):
+            progress(number / len(pages), f"page {number + 1} of {len(pages)}")
+            if kind == "text":
+                fig = _text_page(content)  # type: ignore[arg-type]
+            elif kind == "cost":
+                fig = content(report.cost)  # type: ignore[operator]
+            else:
+                fig = content(a)  # type: ignore[operator]
+            pdf.savefig(fig)
     progress(1.0, "PDF written")
     return target
 
