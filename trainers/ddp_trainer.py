@@ -309,8 +309,8 @@ def exit_without_finalizing(code: int) -> NoReturn:
 
     Everything the run owns is already released (probe closed, telemetry flushed, process group destroyed). What
     is left is native teardown in torch/gloo, where a rank was seen aborting *after* a complete, correct run
-    ("terminate called without an active exception", SIGABRT; about 1 run in 10 on a loaded 2-core machine, with
-    and without the agent). torchrun then reports the whole job failed. Only normal returns come here: an
+    ("terminate called without an active exception", SIGABRT; in CI and in earlier runs on a loaded 2-core
+    machine, with and without the agent). torchrun then reports the whole job failed. Only normal returns come here: an
     exception still unwinds and exits through the interpreter, with its traceback.
     """
     sys.stdout.flush()

@@ -101,11 +101,17 @@ def test_key_file_is_private_reused_and_a_damaged_one_is_a_clear_error(tmp_path:
 def test_launched_trainings_get_the_token(tmp_path: Path) -> None:
     token = CollectorKeys.generate().agent_keys.token
     script = tmp_path / "train.py"
-    script.write_text("print('hi')\n")
-    spec = LaunchSpec(kind="ddp", trainer=str(script), processes=2)
+    script.write_text("import os\nprint('key=' + os.environ.get('RINGSCOPE_KEY', 'none'))\n")
+    spec = LaunchSpec(kind="script", trainer=str(script), processes=1)
     (plan,) = build_commands(spec, "tcp://127.0.0.1:5757", {ENV_KEY: token})
     assert plan.env[ENV_KEY] == token and plan.env["RINGSCOPE_ENDPOINT"] == "tcp://127.0.0.1:5757"
-    assert Launcher("tcp://127.0.0.1:5757", agent_env={ENV_KEY: token}).agent_env == {ENV_KEY: token}
+    launcher = Launcher("tcp://127.0.0.1:5757", agent_env={ENV_KEY: token})
+    try:
+        (process,) = launcher.start(spec).processes  # a real process: what it printed is what it received
+        assert wait_for(lambda: (launcher.poll(), process.state == "exited")[1], 20)
+        assert f"key={token}" in process.output.since(0)[2]
+    finally:
+        launcher.close(grace_s=0.5)
 
 
 def test_keys_command_prints_a_token_agents_accept(tmp_path: Path) -> None:
