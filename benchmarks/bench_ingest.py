@@ -14,8 +14,8 @@ from typing import Any
 
 from agent.keys import CollectorKeys
 from agent.simulate import run_cluster
-from gui.core.collector import Collector
-from gui.core.recorder import Recorder
+from gui.core.ingest.collector import Collector
+from gui.core.ingest.recorder import Recorder
 
 
 def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool = False) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gui.core.analysis import analyze
+from gui.core.analysis.summary import analyze
 from gui.core.report import build_report, export
 from gui.core.session_data import SessionData, empty_columns
 

@@ -20,13 +20,13 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from agent.keys import ENV_KEY, CollectorKeys
-from gui.core.collector import Collector, CollectorError
-from gui.core.launcher import Launcher, connect_endpoint
-from gui.core.live_analysis import LiveAnalyzer
-from gui.core.recorder import Recorder
-from gui.core.session import load as load_session
+from gui.core.ingest.collector import Collector, CollectorError
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.session import load as load_session
+from gui.core.launch import Launcher, connect_endpoint
+from gui.core.live.live_analysis import LiveAnalyzer
+from gui.core.live.store import LiveStore
 from gui.core.session_data import SessionData
-from gui.core.store import LiveStore
 from gui.views import theme
 from gui.views.qt_cost_panel import QtCostPanel
 from gui.views.qt_main_window import QtMainWindow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gui.core.session import SessionFileError
+from gui.core.ingest.session import SessionFileError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the comparison; exit 2 on a bad session file or when no output was asked for."""
-    from gui.core.compare import compare_files
+    from gui.core.analysis.compare import compare_files
 
     if not args.html and not args.pdf:
         print("ringscope compare: nothing to write; give --html FILE and/or --pdf FILE", file=sys.stderr)

@@ -13,7 +13,7 @@ import sys
 
 from agent.publisher import DEFAULT_ENDPOINT
 from gui.commands.keys import add_secure_arguments, secure_keys
-from gui.core.launcher import DEMO_STEPS, check_bindable, demo_spec, validate
+from gui.core.launch import DEMO_STEPS, check_bindable, demo_spec, validate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from gui.core.session import SessionFileError, summarize
+from gui.core.ingest.session import SessionFileError, summarize
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys |
     key file cannot be used. Also tells where the agents' token is."""
     if not getattr(args, "secure", False):
         return None, 0
-    from gui.core.access import ENV_KEY_FILE
+    from gui.core.ingest.access import ENV_KEY_FILE
 
     loaded = _load(args.key_file, command)
     if loaded is None:
@@ -50,7 +50,7 @@ def _load(key_file: str | None, command: str) -> tuple[CollectorKeys, Path] | No
     """The collector's keys (created on first use) and the agents' token file written beside them; None after
     printing why the key file cannot be used."""
     from agent.keys import AccessKeyError
-    from gui.core.access import collector_keys, write_agent_token
+    from gui.core.ingest.access import collector_keys, write_agent_token
 
     try:
         keys = collector_keys(key_file)
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the token (and where it is stored); exit 2 when the key file is unusable."""
-    from gui.core.access import ENV_KEY, ENV_KEY_FILE, default_key_path
+    from gui.core.ingest.access import ENV_KEY, ENV_KEY_FILE, default_key_path
 
     loaded = _load(args.key_file, "keys")
     if loaded is None:

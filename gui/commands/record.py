@@ -15,8 +15,8 @@ import time
 from types import FrameType
 
 from gui.commands.keys import add_secure_arguments, secure_keys
-from gui.core.collector import DEFAULT_BIND, Collector, CollectorError
-from gui.core.recorder import Recorder
+from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
+from gui.core.ingest.recorder import Recorder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from gui.core.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.session import SessionFileError, load
+from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from gui.core.ingest.session import SessionFileError, load
 
 OUTPUTS: tuple[str, ...] = ("html", "pdf", "csv", "trace")
 

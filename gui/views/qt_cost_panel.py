@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.analysis import SessionAnalysis
-from gui.core.cost import PHASE_OF_CAUSE, WASTE_CAUSES, CostBreakdown
+from gui.core.analysis.cost import PHASE_OF_CAUSE, WASTE_CAUSES, CostBreakdown
+from gui.core.analysis.summary import SessionAnalysis
 from gui.core.report.model import hours_text, money
 from gui.views import theme
 

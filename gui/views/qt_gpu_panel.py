@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets
 
 from agent.schema import field_doc
-from gui.core.store import Snapshot
+from gui.core.live.store import Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import HoverReadout, column_percentiles, label_rows, make_plot, set_range
 

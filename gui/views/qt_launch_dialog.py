@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.launcher import (
+from gui.core.launch import (
     KIND_TITLES,
     KINDS,
     REFERENCE,
@@ -26,7 +26,7 @@ from gui.core.launcher import (
     parse_env_lines,
     validate,
 )
-from gui.core.launcher import OPTIONS as OPTION_TABLE
+from gui.core.launch import OPTIONS as OPTION_TABLE
 from gui.views import theme
 
 _PROCESS_LABEL = {"ddp": "Ranks (processes)", "tf_mirrored": "Devices", "tf_multi_worker": "Worker processes",
@@ -37,7 +37,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
     """Launch dialog over the core's ``LaunchSpec`` / option table / ``validate``.
 
     Args:
-        launcher_validate: checks a spec, returning messages (default ``gui.core.launcher.validate``; the app
+        launcher_validate: checks a spec, returning messages (default ``gui.core.launch.validate``; the app
             passes ``Launcher.validate`` so its collector endpoint is checked too).
         recent: recent launches, newest first, offered for re-running.
         initial: a spec to pre-fill (default: a 2-rank DDP run of the reference trainer).

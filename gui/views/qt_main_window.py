@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.store import STATE_LOST, LiveStore, Snapshot
+from gui.core.live.store import STATE_LOST, LiveStore, Snapshot
 from gui.views.qt_gpu_panel import QtGpuPanel
 from gui.views.qt_overview import QtOverview
 from gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
@@ -43,7 +43,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         endpoint: the collector's bound endpoint (shown in the status bar).
         preferences: current preferences (price, lost timeout...).
         recorder: an object with ``path`` and ``file_bytes`` (the session file), or None.
-        launcher: a ``gui.core.launcher.Launcher`` for the launch / stop actions, or None.
+        launcher: a ``gui.core.launch.Launcher`` for the launch / stop actions, or None.
         cost_panel: a widget that replaces the overview's built-in cost-of-waiting card, or None. It is
             injected (not built here) because it needs whole-session figures, which the live store does not keep.
         access_token: the token agents need when the collector requires authentication (``--secure``), or None;

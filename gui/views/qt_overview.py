@@ -12,8 +12,8 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from agent.schema import field_doc
-from gui.core.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.store import STATE_FINISHED, STATE_LOST, Snapshot
+from gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
+from gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import format_seconds, format_share
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.collector import DEFAULT_BIND
+from gui.core.ingest.collector import DEFAULT_BIND
 
 ORGANIZATION = "Ringscope"
 APPLICATION = "Ringscope"

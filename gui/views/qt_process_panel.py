@@ -11,7 +11,7 @@ import json
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.launcher import FINAL_STATES, Launcher, LaunchError, LaunchSpec, ManagedProcess, Run
+from gui.core.launch import FINAL_STATES, Launcher, LaunchError, LaunchSpec, ManagedProcess, Run
 from gui.views import theme
 from gui.views.qt_launch_dialog import QtLaunchDialog
 

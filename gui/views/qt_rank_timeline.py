@@ -12,7 +12,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from agent.schema import field_doc
-from gui.core.store import STATE_LOST, Snapshot
+from gui.core.live.store import STATE_LOST, Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import HoverReadout, column_percentiles, make_plot, seconds_ago, set_range
 

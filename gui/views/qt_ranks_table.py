@@ -14,7 +14,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from agent.schema import field_doc
-from gui.core.store import STATE_FINISHED, STATE_LOST, Snapshot
+from gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
 from gui.views import theme
 
 COLUMNS: tuple[tuple[str, str], ...] = (

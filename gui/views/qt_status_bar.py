@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PySide6 import QtWidgets
 
-from gui.core.store import Snapshot
+from gui.core.live.store import Snapshot
 
 
 def _show(label: QtWidgets.QLabel, text: str, style: str | None = None, tooltip: str | None = None) -> None:

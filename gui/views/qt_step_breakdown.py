@@ -11,7 +11,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
 
-from gui.core.store import PHASES, STATE_LOST, Snapshot
+from gui.core.live.store import PHASES, STATE_LOST, Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import (
     HoverReadout,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gui.core.collector import Collector
-from gui.core.recorder import Recorder
-from gui.core.session import load
+from gui.core.ingest.collector import Collector
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.session import load
 
 
 def test_simulate_command_with_a_straggler_is_recorded_with_the_straggler_pattern(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import agent
-from gui.core.session import load
+from gui.core.ingest.session import load
 
 
 def _cli(*args: str, **kwargs) -> subprocess.Popen[str]:

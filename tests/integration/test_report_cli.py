@@ -17,10 +17,10 @@ import pytest
 
 from agent.simulate import run_cluster
 from gui.cli import main
-from gui.core.collector import Collector
-from gui.core.recorder import Recorder
+from gui.core.ingest.collector import Collector
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.session import load
 from gui.core.report import build_report
-from gui.core.session import load
 
 CLI_TIMEOUT_S = 120
 DDP_TIMEOUT_S = 180

@@ -10,7 +10,7 @@ import pytest
 
 import agent
 from gui.app import build_window
-from gui.core.store import STATE_LOST, STATE_RUNNING
+from gui.core.live.store import STATE_LOST, STATE_RUNNING
 from gui.views.qt_preferences import Preferences
 
 

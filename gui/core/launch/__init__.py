@@ -1,6 +1,54 @@
-"""Launching trainings from the app (Qt-free): specs, option table, validation, process plans, process management.
+"""Launching trainings from the app (Qt-free): the public API, re-exported from the modules of this package.
 
 Modules: ``options`` (trainer option table), ``spec`` (LaunchSpec), ``validation`` (validate), ``plan``
 (build_commands, ports), ``process`` (ManagedProcess, output buffers), ``runner`` (Launcher), ``demo`` (demo_spec).
-Import from ``gui.core.launcher``, which re-exports the public API. Nothing here imports Qt or a framework.
+
+    launcher = Launcher("tcp://127.0.0.1:5757")
+    errors = launcher.validate(spec)          # every problem, in words, before anything starts
+    run = launcher.start(spec)                # processes in their own groups, output into bounded buffers
+    changes = launcher.poll()                 # from one thread (the GUI timer): state changes with exit codes
+    launcher.stop(run.run_id, grace_s=10)     # SIGTERM/SIGINT, SIGKILL after the grace period; never hangs
+
+Never imports Qt or a training framework.
 """
+
+from gui.core.launch.demo import DEMO_STEPS, demo_spec, gpu_count
+from gui.core.launch.options import (
+    OPTIONS,
+    OPTIONS_BY_KEY,
+    OptionSpec,
+    OptionValue,
+    default_options,
+    option_for,
+    options_for,
+)
+from gui.core.launch.plan import (
+    ProcessPlan,
+    build_commands,
+    check_bindable,
+    connect_endpoint,
+    free_ports,
+    port_in_use,
+)
+from gui.core.launch.process import FINAL_STATES, ManagedProcess, OutputBuffer, ProcessState, StateChange
+from gui.core.launch.runner import Launcher, LaunchError, Run
+from gui.core.launch.spec import (
+    KIND_TITLES,
+    KINDS,
+    REFERENCE,
+    LaunchKind,
+    LaunchSpec,
+    format_env_lines,
+    new_run_id,
+    parse_env_lines,
+)
+from gui.core.launch.validation import validate
+
+__all__ = [
+    "DEMO_STEPS", "FINAL_STATES", "KINDS", "KIND_TITLES", "OPTIONS", "OPTIONS_BY_KEY", "REFERENCE", "LaunchError",
+    "LaunchKind",
+    "LaunchSpec", "Launcher", "ManagedProcess", "OptionSpec", "OptionValue", "OutputBuffer", "ProcessPlan",
+    "ProcessState", "Run", "StateChange", "build_commands", "check_bindable", "connect_endpoint", "default_options",
+    "demo_spec", "format_env_lines", "free_ports", "gpu_count", "new_run_id", "option_for", "options_for",
+    "parse_env_lines", "port_in_use", "validate",
+]

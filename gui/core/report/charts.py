@@ -13,8 +13,8 @@ import io
 import numpy as np
 from matplotlib.figure import Figure
 
-from gui.core.analysis import RankSummary, SessionAnalysis
-from gui.core.cost import WASTE_CAUSES, CostBreakdown
+from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
+from gui.core.analysis.summary import RankSummary, SessionAnalysis
 from gui.core.phases import ALERT_COLOR, COMM_EXPOSED, COMPUTE, DATA_WAIT, NO_DATA_COLOR, OTHER, PHASES
 
 MAX_RANK_BARS: int = 32

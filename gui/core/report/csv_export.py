@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from agent.schema import FIELD_NAMES
-from gui.core.analysis import phase_seconds
+from gui.core.analysis.summary import phase_seconds
 from gui.core.report.progress import Progress
 from gui.core.session_data import Columns, SessionData
 

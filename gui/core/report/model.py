@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from gui.core.analysis import SessionAnalysis, analyze
-from gui.core.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
+from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
+from gui.core.analysis.recommendations import Recommendation, recommend
+from gui.core.analysis.summary import SessionAnalysis, analyze
 from gui.core.phases import PHASES
-from gui.core.recommendations import Recommendation, recommend
 from gui.core.session_data import SessionData
 
 Rows = list[tuple[str, str]]

@@ -8,7 +8,7 @@ from PySide6 import QtCore
 
 from agent import wire
 from agent.schema import Step
-from gui.core.store import LiveStore
+from gui.core.live.store import LiveStore
 from gui.views.qt_gpu_panel import WINDOW_S, _bin_series
 from gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
 from gui.views.qt_ranks_table import COLUMNS, RanksTableModel

@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 from pytestqt.qtbot import QtBot
 
-from gui.core.launcher import KINDS, LaunchSpec
+from gui.core.launch import KINDS, LaunchSpec
 from gui.views.qt_launch_dialog import QtLaunchDialog
 
 

@@ -10,7 +10,7 @@ from PySide6 import QtCore, QtGui
 
 from agent import wire
 from agent.schema import GpuStatus, Hello, HostSample, Step
-from gui.core.store import STATE_LOST, LiveStore
+from gui.core.live.store import STATE_LOST, LiveStore
 from gui.views import theme
 from gui.views.qt_gpu_panel import NO_GPU_TEXT
 from gui.views.qt_main_window import QtMainWindow

@@ -11,8 +11,8 @@ from PySide6 import QtCore
 
 from agent import wire
 from agent.schema import Health, Hello
-from gui.core.ingest import Gap, Rejection
-from gui.core.store import LiveStore
+from gui.core.ingest.sink import Gap, Rejection
+from gui.core.live.store import LiveStore
 from gui.views.qt_main_window import QtMainWindow
 from gui.views.qt_preferences import Preferences, QtPreferencesDialog, load_preferences, save_preferences
 

@@ -10,12 +10,12 @@ from PySide6 import QtCore, QtWidgets
 
 from agent import wire
 from agent.schema import Hello, Step
-from gui.core.analysis import analyze
-from gui.core.cost import estimate_cost
-from gui.core.recorder import Recorder
+from gui.core.analysis.cost import estimate_cost
+from gui.core.analysis.summary import analyze
+from gui.core.ingest.recorder import Recorder
 from gui.views.qt_cost_panel import QtCostPanel
 from gui.views.qt_report_actions import QtReportExporter, compare_work
-from tests.gui.core.test_analysis import make_session
+from tests.gui.core.analysis.test_analysis import make_session
 
 WAIT_MS = 60_000
 

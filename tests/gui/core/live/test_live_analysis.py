@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from agent.simulate import run_cluster
-from gui.core.collector import Collector
-from gui.core.live_analysis import LiveAnalyzer
-from gui.core.recorder import Recorder
-from gui.core.session import load
-from gui.core.store import LiveStore
+from gui.core.ingest.collector import Collector
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.session import load
+from gui.core.live.live_analysis import LiveAnalyzer
+from gui.core.live.store import LiveStore
 
 
 @pytest.fixture

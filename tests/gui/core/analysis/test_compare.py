@@ -8,9 +8,9 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from gui.core.compare import compare, write_compare_html, write_compare_pdf
+from gui.core.analysis.compare import compare, write_compare_html, write_compare_pdf
 from gui.core.report import build_report
-from tests.gui.core.test_analysis import make_session
+from tests.gui.core.analysis.test_analysis import make_session
 
 
 @pytest.fixture(scope="module")

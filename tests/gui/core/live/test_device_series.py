@@ -15,9 +15,9 @@ import pytest
 
 from agent import wire
 from agent.schema import GpuSample, GpuStatus, HostSample
-from gui.core.device_series import DeviceSeries
+from gui.core.live.device_series import DeviceSeries
+from gui.core.live.store import LiveStore
 from gui.core.session_data import empty_columns
-from gui.core.store import LiveStore
 
 T0 = 1_700_000_000.0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gui.core.launcher import (
+from gui.core.launch import (
     OPTIONS,
     Launcher,
     LaunchError,
@@ -388,7 +388,7 @@ class StepSink:
 
 @pytest.mark.slow
 def test_real_ddp_reference_trainer_reports_steps_to_a_real_collector(tmp_path: Path) -> None:
-    from gui.core.collector import Collector
+    from gui.core.ingest.collector import Collector
 
     sink = StepSink()
     collector = Collector("tcp://127.0.0.1:0", sinks=[sink]).start()

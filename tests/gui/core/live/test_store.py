@@ -12,8 +12,8 @@ import pytest
 from agent import wire
 from agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
 from agent.wire import Batch
-from gui.core.ingest import Gap, Rejection
-from gui.core.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_live_straggler
+from gui.core.ingest.sink import Gap, Rejection
+from gui.core.live.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_live_straggler
 
 T0 = 1_700_000_000.0
 
@@ -279,7 +279,7 @@ def test_device_ring_keeps_the_newest_readings_in_order() -> None:
 
 
 def test_snapshot_module_is_the_same_types() -> None:
-    from gui.core import snapshot
+    from gui.core.live import snapshot
 
-    assert snapshot.Snapshot is __import__("gui.core.store", fromlist=["Snapshot"]).Snapshot
+    assert snapshot.Snapshot is __import__("gui.core.live.store", fromlist=["Snapshot"]).Snapshot
     assert snapshot.find_live_straggler is find_live_straggler and snapshot.STATE_LOST == STATE_LOST

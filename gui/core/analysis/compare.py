@@ -13,12 +13,12 @@ from pathlib import Path
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
+from gui.core.ingest.session import load
 from gui.core.phases import PHASES
 from gui.core.report import build_report, charts
 from gui.core.report.html import STYLE, atomic_target, legend_html, write_text_atomically
 from gui.core.report.model import Report, straggler_text
 from gui.core.report.progress import CancelFlag, Progress, ProgressCallback
-from gui.core.session import load
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Final
 
 import numpy as np
 
-from gui.core.analysis import SessionAnalysis, phase_seconds
+from gui.core.analysis.summary import SessionAnalysis, phase_seconds
 from gui.core.session_data import SessionData
 
 DEFAULT_PRICE_PER_GPU_HOUR: Final[float] = 2.50

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from gui.core.analysis import SessionAnalysis
-from gui.core.cost import CostBreakdown
+from gui.core.analysis.cost import CostBreakdown
+from gui.core.analysis.summary import SessionAnalysis
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
-from gui.core.analysis import analyze, steady_mask
+from gui.core.analysis.summary import analyze, steady_mask
 from gui.core.session_data import SessionData, columns_from_rows
 
 DATA_S = 0.004

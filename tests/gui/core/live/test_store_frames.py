@@ -7,7 +7,7 @@ import numpy as np
 
 from agent import wire
 from agent.schema import Step
-from gui.core.store import LiveStore
+from gui.core.live.store import LiveStore
 
 T0 = 1_700_000_000.0
 

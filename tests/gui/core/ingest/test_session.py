@@ -11,9 +11,9 @@ import pytest
 
 from agent import wire
 from agent.schema import SCHEMA_VERSION, Event, Health, Hello, Step
-from gui.core.ingest import Gap, Rejection
-from gui.core.recorder import Recorder
-from gui.core.session import SessionFileError, load, summarize
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.session import SessionFileError, load, summarize
+from gui.core.ingest.sink import Gap, Rejection
 
 
 def _hello(agent_id: str, rank: int) -> Hello:

@@ -2,12 +2,13 @@
 
 What it owns: per-rank recent steps, per-rank time-bucketed phase sums (ranks x buckets, for heatmaps and stacked
 columns), per-GPU and per-host series, the ranks-table state (running / lost / finished, last seen, drops, gaps),
-ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in ``gui.core.analysis``).
+ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in
+``gui.core.analysis.summary``).
 
-The ``Snapshot`` type and the heuristics that build it from the store's copy live in ``gui.core.snapshot`` (re-exported
-here); the GPU / host rings live in ``gui.core.device_series`` (``DeviceSeries``, guarded by this store's lock). Per
-frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host series that
-received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
+The ``Snapshot`` type and the heuristics that build it from the store's copy live in ``gui.core.live.snapshot``
+(re-exported here); the GPU / host rings live in ``gui.core.live.device_series`` (``DeviceSeries``, guarded by this
+store's lock). Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU /
+host series that received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
 
 What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
 (``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
@@ -29,10 +30,9 @@ import numpy as np
 
 from agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from agent.wire import Batch
-from gui.core.device_series import DeviceSeries
-from gui.core.ingest import Gap, Rejection
-from gui.core.session_data import Columns, SessionData, empty_columns
-from gui.core.snapshot import (
+from gui.core.ingest.sink import Gap, Rejection
+from gui.core.live.device_series import DeviceSeries
+from gui.core.live.snapshot import (
     PHASES,
     STATE_FINISHED,
     STATE_LOST,
@@ -45,6 +45,7 @@ from gui.core.snapshot import (
     find_live_straggler,
     readonly,
 )
+from gui.core.session_data import Columns, SessionData, empty_columns
 
 __all__ = ["PHASES", "STATE_FINISHED", "STATE_LOST", "STATE_RUNNING", "GpuSeries", "HostState", "LiveStore",
            "LiveStraggler", "Snapshot", "find_live_straggler"]
@@ -59,7 +60,7 @@ _HEAT_POOL: Final = 8  # recycled frame copies per heat matrix: the window keeps
 
 
 class LiveStore:
-    """Bounded live state of a session. Implements ``gui.core.ingest.IngestSink``; thread-safe.
+    """Bounded live state of a session. Implements ``gui.core.ingest.sink.IngestSink``; thread-safe.
 
     Args:
         lost_timeout_s: a rank with no message for longer than this is shown as lost.

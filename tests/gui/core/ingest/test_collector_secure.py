@@ -18,12 +18,12 @@ import pytest
 
 import agent
 from agent.keys import ENV_KEY, ENV_KEY_FILE, AccessKeyError, AgentKeys, CollectorKeys, agent_keys_from_env
-from gui.core.access import collector_keys, write_agent_token
-from gui.core.collector import Collector
+from gui.core.ingest.access import collector_keys, write_agent_token
+from gui.core.ingest.collector import Collector
+from gui.core.launch import Launcher
 from gui.core.launch.plan import build_commands
 from gui.core.launch.spec import LaunchSpec
-from gui.core.launcher import Launcher
-from tests.gui.core.test_collector import ListSink, wait_for
+from tests.gui.core.ingest.test_collector import ListSink, wait_for
 
 
 @pytest.fixture

@@ -35,7 +35,8 @@ def readonly(array: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class LiveStraggler:
     """The rank the others wait for *now* (recent per-rank means), and why the heuristic thinks so (one sentence for
-    the overview). The whole-session answer, per-step windows with the cause, is ``gui.core.straggler.Straggler``."""
+    the overview). The whole-session answer, per-step windows with the cause, is
+    ``gui.core.analysis.straggler.Straggler``."""
 
     rank: int
     others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank

@@ -3,9 +3,9 @@
 This module owns the recorded-session straggler figures of shared/MEASURING.md (Stragglers): the ``Straggler``
 record, its thresholds, the windowed detection over steady steps, the attribution of the lateness to a phase or to
 the hardware, and the one-word diagnosis of what the exposed communication is about ("straggler", "network",
-"none"). It works on the step columns and phase seconds that ``gui.core.analysis`` computes and is re-exported by
-it; it must never import ``gui.core.analysis`` (that module imports this one), Qt or an ML framework. The cheap live
-heuristic of the dashboard is a different thing and lives in ``gui.core.snapshot``.
+"none"). It works on the step columns and phase seconds that ``gui.core.analysis.summary`` computes and is
+re-exported by it; it must never import ``gui.core.analysis.summary`` (that module imports this one), Qt or an ML
+framework. The cheap live heuristic of the dashboard is a different thing and lives in ``gui.core.live.snapshot``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ HARDWARE_CLOCK_RATIO: Final[float] = 0.9
 
 
 class GpuClockReading(Protocol):
-    """The per-GPU figures the hardware check reads; ``gui.core.analysis.GpuStats`` provides them.
+    """The per-GPU figures the hardware check reads; ``gui.core.analysis.summary.GpuStats`` provides them.
 
-    A protocol rather than an import of ``GpuStats`` so that this module does not import ``gui.core.analysis``.
+    A protocol rather than an import of ``GpuStats`` so that this module does not import ``gui.core.analysis.summary``.
     """
 
     @property

@@ -26,7 +26,7 @@ from zmq.utils import monitor as zmq_monitor
 
 from agent import wire
 from agent.keys import CollectorKeys
-from gui.core.ingest import Gap, IngestCounters, IngestSink, Rejection
+from gui.core.ingest.sink import Gap, IngestCounters, IngestSink, Rejection
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any, Final
 
 from agent import wire
 from agent.schema import FIELDS, SCHEMA_VERSION, Hello, Record, schema_version_str
-from gui.core.ingest import Gap, Rejection
-from gui.core.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
+from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
+from gui.core.ingest.sink import Gap, Rejection
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from agent.schema import FIELD_NAMES
 from gui.core.phases import PHASES
 from gui.core.report import EXPORT_KINDS, ExportCancelled, build_report, export
 from gui.core.report.html import SECTIONS
-from tests.gui.core.test_analysis import ALLREDUCE_S, make_session
+from tests.gui.core.analysis.test_analysis import ALLREDUCE_S, make_session
 
 SCREENS = Path("/work/notes/screens")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gui.core.analysis import analyze
-from gui.core.cost import DEFAULT_PRICE_PER_GPU_HOUR, estimate_cost, resolve_price, waste_by_rank
-from gui.core.recommendations import THRESHOLDS, recommend
-from tests.gui.core.test_analysis import ALLREDUCE_S, DATA_S, FIRST_BATCH_WAIT_S, OTHER_S, make_session
+from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR, estimate_cost, resolve_price, waste_by_rank
+from gui.core.analysis.recommendations import THRESHOLDS, recommend
+from gui.core.analysis.summary import analyze
+from tests.gui.core.analysis.test_analysis import ALLREDUCE_S, DATA_S, FIRST_BATCH_WAIT_S, OTHER_S, make_session
 
 
 def test_cost_so_far_and_waste_split_match_injected_delays() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from agent import wire
 from agent.schema import FIELDS, Event, Hello, Step
-from gui.core.ingest import Gap, Rejection
-from gui.core.recorder import Recorder
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.sink import Gap, Rejection
 
 
 def _hello(agent_id: str) -> Hello:

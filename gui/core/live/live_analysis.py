@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from gui.core.analysis import SessionAnalysis, analyze
-from gui.core.cost import CostBreakdown, estimate_cost
+from gui.core.analysis.cost import CostBreakdown, estimate_cost
+from gui.core.analysis.summary import SessionAnalysis, analyze
 from gui.core.session_data import SessionData
 
 log = logging.getLogger(__name__)

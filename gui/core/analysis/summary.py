@@ -2,10 +2,10 @@
 
 This module owns the numbers every report, the cost model and the recommendations are built on, following
 shared/MEASURING.md, and ``analyze``, which assembles them into one ``SessionAnalysis``. Straggler detection and the
-exposed-wait diagnosis live in ``gui.core.straggler``; their names are re-exported here so importers keep one place to
-import from. It takes a ``SessionData`` (live or recorded) and returns plain frozen dataclasses. It must never
-import Qt or an ML framework, and never invent a value: a phase that was not measured is counted in the data quality
-section, and a missing GPU is stated, not shown as zero.
+exposed-wait diagnosis live in ``gui.core.analysis.straggler``; their names are re-exported here so importers keep
+one place to import from. It takes a ``SessionData`` (live or recorded) and returns plain frozen dataclasses. It
+must never import Qt or an ML framework, and never invent a value: a phase that was not measured is counted in the
+data quality section, and a missing GPU is stated, not shown as zero.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from typing import Final
 import numpy as np
 
 from agent.schema import EventKind, GpuStatus
-from gui.core.phases import PHASES
-from gui.core.session_data import Columns, SessionData
-from gui.core.straggler import (
+from gui.core.analysis.straggler import (
     HARDWARE_CLOCK_RATIO,
     NETWORK_COMPUTE_SPREAD,
     STRAGGLER_MIN_GAP_SHARE,
@@ -29,6 +27,8 @@ from gui.core.straggler import (
     diagnose_wait,
     find_straggler,
 )
+from gui.core.phases import PHASES
+from gui.core.session_data import Columns, SessionData
 
 __all__ = [
     "HARDWARE_CLOCK_RATIO", "NETWORK_COMPUTE_SPREAD", "OTHER_RESOLUTION_S", "PHASE_NAMES", "STRAGGLER_MIN_GAP_SHARE",
