@@ -166,6 +166,13 @@ class Recorder:
         """Queue a rejection row (counted always, stored up to ``MAX_STORED_REJECTIONS``)."""
         self._queue.append(("rejection", rejection, rejection.ts_s))
 
+    # ---- Run lifecycle (GUI thread) ------------------------------------------------------------------------------
+
+    def note_launch(self, run_id: str, state: str, exit_code: int | None, ts_s: float, detail: str = "") -> None:
+        """Record how a run the window launched ended (stopped / failed / finished): agents cannot say it."""
+        self._queue.append(("launch", (run_id, state, exit_code, ts_s, detail), ts_s))
+        self._wake.set()
+
     # ---- Writer thread -------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -194,11 +201,14 @@ class Recorder:
         rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in FIELDS}
         gaps: list[tuple[Any, ...]] = []
         rejections: list[tuple[Any, ...]] = []
+        launches: list[tuple[Any, ...]] = []
         counts = self._counts
         taken = 0
         for what, payload, ts in items:
             if what == "batch":
                 taken += self._batch_rows(payload, ts, rows)
+            elif what == "launch":
+                launches.append(payload)
             elif what == "gap":
                 gaps.append((payload.agent_id, payload.expected_seq, payload.got_seq, payload.missing, ts))
                 counts["gaps"] += 1
@@ -217,6 +227,9 @@ class Recorder:
             if gaps:
                 connection.executemany(
                     "INSERT INTO gaps(agent_id, expected_seq, got_seq, missing, ts_s) VALUES (?, ?, ?, ?, ?)", gaps)
+            if launches:
+                connection.executemany(
+                    "INSERT INTO launches(run_id, state, exit_code, ts_s, detail) VALUES (?, ?, ?, ?, ?)", launches)
             if rejections:
                 connection.executemany(
                     "INSERT INTO rejections(reason, detail, ts_s, size_bytes) VALUES (?, ?, ?, ?)", rejections)
