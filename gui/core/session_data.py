@@ -45,6 +45,7 @@ class SessionData:
         steps / gpu / host / health: columns keyed by schema field name (see ``agent.schema.FIELDS``), plus
             ``agent_id`` (object) and ``recv_s`` (float64) where the source has them.
         events: every event, in time order.
+        event_agents: the agent id that sent each of ``events`` (same order; "" where the source does not know).
         counters: ingest counters of the session (messages, rejected by reason, gaps...) as a plain dict.
         source: a file path, or "live".
     """
@@ -55,6 +56,7 @@ class SessionData:
     host: Columns = field(default_factory=lambda: empty_columns("host"))
     health: Columns = field(default_factory=lambda: empty_columns("health"))
     events: list[Event] = field(default_factory=list)
+    event_agents: list[str] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
     source: str = "live"
 
@@ -68,10 +70,44 @@ class SessionData:
 
     @property
     def world_size(self) -> int:
-        """Largest world size announced, or the number of ranks seen."""
-        announced = [h.world_size * max(1, len(h.ranks)) if h.strategy == "mirrored" else h.world_size
-                     for h in self.agents]
-        return max([*announced, len(self.ranks)], default=0)
+        """Largest world size announced, or the number of ranks seen.
+
+        Agents announce the number of ranks in sync (a MirroredStrategy process already counts its replicas), so
+        the announced figure is taken as it is, never multiplied by the ranks one agent reports for.
+        """
+        return max([*(h.world_size for h in self.agents), len(self.ranks)], default=0)
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs in this session, in the order their first agent started."""
+        first: dict[str, float] = {}
+        for hello in self.agents:
+            first[hello.run_id] = min(first.get(hello.run_id, hello.started_s), hello.started_s)
+        return sorted(first, key=lambda run_id: (first[run_id], run_id))
+
+    def for_run(self, run_id: str) -> SessionData:
+        """The part of this session that belongs to one run: its agents and everything they sent.
+
+        Records are attributed by the agent that sent them (an agent belongs to the run its Hello names). Ingest
+        counters that cannot be attributed (rejected messages) stay whole-session and are kept as they are.
+        """
+        agents = [h for h in self.agents if h.run_id == run_id]
+        ids = np.array(sorted({h.agent_id for h in agents}), dtype=object)
+
+        def mine(columns: Columns) -> Columns:
+            if "agent_id" not in columns:
+                return columns if agents else {name: column[:0] for name, column in columns.items()}
+            mask = np.isin(columns["agent_id"], ids)
+            return {name: column[mask] for name, column in columns.items()}
+
+        keep = set(ids.tolist())
+        pairs = [(e, a) for e, a in zip(self.events, self.event_agents, strict=False) if a in keep]
+        if not self.event_agents and agents:  # a source without event senders: keep them all
+            pairs = [(e, "") for e in self.events]
+        return SessionData(agents=agents, steps=mine(self.steps), gpu=mine(self.gpu), host=mine(self.host),
+                           health=mine(self.health), events=[e for e, _ in pairs],
+                           event_agents=[a for _, a in pairs], counters=dict(self.counters, run_id=run_id),
+                           source=self.source)
 
     def steps_of(self, rank: int) -> Columns:
         """Step columns of one rank, in step order."""

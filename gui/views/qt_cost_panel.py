@@ -68,13 +68,15 @@ class QtCostPanel(QtWidgets.QFrame):
             self.at_risk.setText("")
             return
         self.total.setText(f"{money(cost, cost.cost_total)} so far")
+        waiting = (f"waiting: {money(cost, cost.waste_total)} ({cost.waste_share:.0%})" if cost.waste_measured
+                   else "waiting: not measured (Keras fit)")
         self.price.setText(f"{cost.devices} × {cost.currency}{cost.price_per_gpu_hour:g} per {cost.unit[:-1]} "
-                           f"({cost.price_source}); waiting: {money(cost, cost.waste_total)} "
-                           f"({cost.waste_share:.0%})")
+                           f"({cost.price_source}); {waiting}")
         self.price.setToolTip(cost.assumption)
         for cause, label in self.waste.items():
             hours = hours_text(cost.waste_hours[cause])
-            label.setText(f"{money(cost, cost.waste_cost[cause])}  ({hours} {cost.unit})")
+            label.setText(f"{money(cost, cost.waste_cost[cause])}  ({hours} {cost.unit})" if cost.waste_measured
+                          else "not measured")
         risk_hours = hours_text(cost.at_risk_hours)
         self.at_risk.setText(f"At risk: {money(cost, cost.at_risk_cost)} ({risk_hours} {cost.unit}, "
                              f"{cost.at_risk_reason})")

@@ -49,6 +49,7 @@ class CostBreakdown:
     at_risk_hours: float
     at_risk_cost: float
     at_risk_reason: str
+    waste_measured: bool = True  # False when no step's phases were measured (Keras fit): waiting is unknown, not 0
 
     @property
     def waste_total(self) -> float:
@@ -104,6 +105,7 @@ def estimate_cost(analysis: SessionAnalysis, session: SessionData, price_per_gpu
         waste_hours=waste_hours, waste_cost={k: v * price for k, v in waste_hours.items()},
         at_risk_since_s=since, at_risk_hours=at_risk_hours, at_risk_cost=at_risk_hours * price,
         at_risk_reason=reason,
+        waste_measured=bool(analysis.steps_total == 0 or (~np.isnan(session.steps["compute_s"])).any()),
     )
 
 

@@ -52,6 +52,7 @@ class Breakdown:
     steps: int
     step_s: float
     seconds: dict[str, float]
+    unmeasured_s: float = 0.0  # mean seconds per step of steps whose phases were not measured (Keras fit)
 
     @property
     def shares(self) -> dict[str, float]:
@@ -59,9 +60,22 @@ class Breakdown:
         return {k: (v / self.step_s if self.step_s > 0 else 0.0) for k, v in self.seconds.items()}
 
     @property
+    def phases_measured(self) -> bool:
+        """False when no step had its phases measured (a Keras ``fit`` run): shares are then unknown, not 0."""
+        return self.steps > 0 and self.unmeasured_s < self.step_s * (1 - 1e-9)
+
+    @property
     def idle_share(self) -> float:
-        """Share of step time not computing (data wait + exposed comm + other)."""
-        return 1.0 - self.shares.get("compute", 0.0) if self.steps else 0.0
+        """Share of step time not computing (data wait + exposed comm + other); NaN when phases were not measured.
+
+        Time of steps whose phases are unknown is never counted as idle: unknown stays unknown.
+        """
+        if not self.steps:
+            return 0.0
+        if not self.phases_measured:
+            return float("nan")
+        idle = sum(v for k, v in self.seconds.items() if k != "compute")
+        return idle / self.step_s if self.step_s > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,15 +174,22 @@ class SessionAnalysis:
 
 
 def phase_seconds(steps: Columns) -> dict[str, np.ndarray]:
-    """Per step, seconds of each phase; unmeasured phases count 0 and ``other`` absorbs them (clipped at 0)."""
+    """Per step, seconds of each phase, plus ``unmeasured``: the whole step when its compute time is unknown.
+
+    A step without a compute time (Keras ``fit`` brackets data, compute and all-reduce together) is not split:
+    its phases are 0 and its time is ``unmeasured`` — never ``other``, so it is never priced as waiting. In a
+    measured step a single missing phase counts 0 and ``other`` absorbs it (clipped at 0).
+    """
     step = np.nan_to_num(steps["step_s"], nan=0.0)
-    data = np.nan_to_num(steps["data_wait_s"], nan=0.0)
-    compute = np.nan_to_num(steps["compute_s"], nan=0.0)
-    comm = np.nan_to_num(steps["comm_exposed_s"], nan=0.0)
-    other = step - data - compute - comm
+    measured = ~np.isnan(np.asarray(steps["compute_s"], dtype=np.float64))
+    data = np.where(measured, np.nan_to_num(steps["data_wait_s"], nan=0.0), 0.0)
+    compute = np.where(measured, np.nan_to_num(steps["compute_s"], nan=0.0), 0.0)
+    comm = np.where(measured, np.nan_to_num(steps["comm_exposed_s"], nan=0.0), 0.0)
+    other = np.where(measured, step - data - compute - comm, 0.0)
     # Below a microsecond the remainder is float rounding of the subtraction, not time (it showed up as "3e-15 %").
     other[other < OTHER_RESOLUTION_S] = 0.0
-    return {"data_wait": data, "compute": compute, "comm_exposed": comm, "other": other}
+    return {"data_wait": data, "compute": compute, "comm_exposed": comm, "other": other,
+            "unmeasured": np.where(measured, 0.0, step)}
 
 
 def steady_mask(steps: Columns, warmup_steps: int = WARMUP_STEPS) -> np.ndarray:
@@ -275,7 +296,8 @@ def _breakdown(steps: Columns, phases: dict[str, np.ndarray], mask: np.ndarray) 
     if count == 0:
         return Breakdown(0, 0.0, dict.fromkeys(PHASE_NAMES, 0.0))
     step = float(np.nanmean(steps["step_s"][mask]))
-    return Breakdown(count, step, {name: float(phases[name][mask].mean()) for name in PHASE_NAMES})
+    return Breakdown(count, step, {name: float(phases[name][mask].mean()) for name in PHASE_NAMES},
+                     unmeasured_s=float(phases["unmeasured"][mask].mean()))
 
 
 def _rank_summary(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray, rank: int) -> RankSummary:

@@ -21,6 +21,7 @@ from typing import Any, Final
 import numpy as np
 
 from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello
+from gui.core.analysis.runs import runs_of
 from gui.core.session_data import Columns, SessionData, columns_from_rows
 
 FORMAT_NAME: Final[str] = "ringscope-session"
@@ -60,6 +61,9 @@ def create_statements() -> list[str]:
         "CREATE TABLE IF NOT EXISTS gaps (agent_id TEXT, expected_seq INTEGER, got_seq INTEGER, missing INTEGER, "
         "ts_s REAL)",
         "CREATE TABLE IF NOT EXISTS rejections (reason TEXT, detail TEXT, ts_s REAL, size_bytes INTEGER)",
+        # how runs started from the window's launcher ended (stopped / failed / finished, exit code): the agents
+        # cannot say it themselves
+        "CREATE TABLE IF NOT EXISTS launches (run_id TEXT, state TEXT, exit_code INTEGER, ts_s REAL, detail TEXT)",
     ]
     for kind, specs in FIELDS.items():
         columns = ", ".join(f'"{specs[i].name}" {specs[i].sql_type}' for i in stored_positions(kind))
@@ -82,13 +86,15 @@ def load(path: str | Path) -> SessionData:
     with _open(path) as connection:
         meta = _meta(connection, path)
         try:
+            events, event_agents = _events(connection)
             data = SessionData(
                 agents=_agents(connection),
                 steps=_columns(connection, "step"),
                 gpu=_columns(connection, "gpu"),
                 host=_columns(connection, "host"),
                 health=_columns(connection, "health"),
-                events=_events(connection),
+                events=events,
+                event_agents=event_agents,
                 counters=_counters(connection, meta),
                 source=str(path),
             )
@@ -119,6 +125,7 @@ def summarize(path: str | Path) -> dict[str, Any]:
         "ringscope_version": meta.get("ringscope_version"),
         "complete": "closed_s" in meta,
         "run_ids": sorted({h.run_id for h in data.agents} | set(json.loads(meta.get("run_ids", "[]")))),
+        "runs": [run.to_json() for run in runs_of(data)],
         "ranks": data.ranks,
         "world_size": data.world_size,
         "steps_per_rank": per_rank,
@@ -231,10 +238,10 @@ def _agents(connection: sqlite3.Connection) -> list[Hello]:
     return list(latest.values())
 
 
-def _events(connection: sqlite3.Connection) -> list[Event]:
-    events = [Event(*row[2:]) for row in _select(connection, "event")]
-    events.sort(key=lambda e: e.ts_s)
-    return events
+def _events(connection: sqlite3.Connection) -> tuple[list[Event], list[str]]:
+    """Every event in time order, and the agent that sent each."""
+    rows = sorted(((Event(*row[2:]), str(row[0])) for row in _select(connection, "event")), key=lambda p: p[0].ts_s)
+    return [event for event, _ in rows], [agent for _, agent in rows]
 
 
 def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str, Any]:
@@ -258,7 +265,14 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
         'SELECT agent_id, dropped_records FROM "health" ORDER BY rowid'
     ):
         drops[str(agent_id)] = int(dropped)
+    launches: dict[str, dict[str, Any]] = {}
+    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "launches" in tables:  # files of older versions have none
+        for run_id, state, code, ts_s, detail in connection.execute(
+                "SELECT run_id, state, exit_code, ts_s, detail FROM launches ORDER BY rowid"):
+            launches[str(run_id)] = {"state": state, "exit_code": code, "ts_s": ts_s, "detail": detail}
     return {
+        "launches": launches,
         "messages": meta_int("messages"),
         "records": meta_int("records"),
         "gaps": int(gaps),

@@ -51,13 +51,19 @@ def headline_rows(report: Report) -> Rows:
         ("Steps", f"{a.steps_total:,} recorded, {a.steps_steady:,} in steady state"),
         ("Mean step time", f"{a.overall.step_s * 1e3:.1f} ms (steady state)"),
         ("Throughput", throughput),
-        ("Time split", ", ".join(f"{p.label} {shares[p.name]:.1%}" for p in PHASES)),
-        ("Idle share", f"{a.overall.idle_share:.1%} of step time"),
+        ("Time split", ", ".join(f"{p.label} {shares[p.name]:.1%}" for p in PHASES)
+         if a.overall.phases_measured else NOT_MEASURED),
+        ("Idle share", f"{a.overall.idle_share:.1%} of step time" if a.overall.phases_measured else NOT_MEASURED),
         ("Straggler", straggler_text(a)),
         ("Cost so far", money(c, c.cost_total) + f" ({hours_text(c.device_hours)} {c.unit})"),
-        ("Cost of waiting", money(c, c.waste_total) + f" ({c.waste_share:.1%} of the cost)"),
+        ("Cost of waiting", money(c, c.waste_total) + f" ({c.waste_share:.1%} of the cost)"
+         if c.waste_measured else NOT_MEASURED),
         ("GPUs", a.gpu_statement),
     ]
+
+
+NOT_MEASURED = ("phases not measured with Keras fit (data wait, compute and all-reduce are timed together; use "
+                "TimedStepRunner for the split)")
 
 
 def straggler_text(analysis: SessionAnalysis) -> str:

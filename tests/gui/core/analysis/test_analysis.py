@@ -66,7 +66,7 @@ def make_session(ranks: int = 4, steps: int = 120, *, straggler: int | None = No
                                                 gpu_status=GpuStatus.OK if gpu else GpuStatus.NO_GPU))
                  for h in hosts]
     if mirrored:
-        agents = [Hello("run-m", "agent-0", "node0", 100, 0, 0, 1, 0, list(range(ranks)), "tensorflow", "mirrored",
+        agents = [Hello("run-m", "agent-0", "node0", 100, 0, 0, ranks, 0, list(range(ranks)), "tensorflow", "mirrored",
                         None, [], "0.1.0", "1.0", t0, 0.0, t0, price)]
     else:
         agents = [Hello("run-d", f"agent-{r}", hosts[r], 100 + r, r, 0, ranks, r, [r], "pytorch", "ddp", "gloo", [],
@@ -168,6 +168,7 @@ def test_mirrored_strategy_replicas_from_one_agent() -> None:
     a = analyze(make_session(ranks=2, straggler=1, extra_compute_s=0.02, gpu=False, mirrored=True))
     assert a.strategy == "mirrored"
     assert a.ranks == [0, 1]
+    assert a.world_size == 2  # the agent announces its replicas: never multiplied again (was 4)
     assert a.straggler is not None and a.straggler.rank == 1
 
 
