@@ -25,6 +25,7 @@ PHASES: Final[tuple[str, ...]] = tuple(phase.name for phase in phases.PHASES)
 STATE_RUNNING: Final = "running"
 STATE_LOST: Final = "lost"
 STATE_FINISHED: Final = "finished"
+STATE_STOPPED: Final = "stopped"  # the run was stopped from the window, or its process failed: not lost
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
@@ -114,6 +115,10 @@ class Snapshot:
     counters: dict[str, Any]
     steps_total: int
     latest_end_s: float
+    step_pct_s: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # p50, p95, max over recent steps
+    run_id: str = ""
+    run_state: str = "running"
+    ended_s: float = math.nan  # when the run ended (NaN while it runs): figures are frozen at that moment
 
     @property
     def no_gpu(self) -> bool:
@@ -122,9 +127,15 @@ class Snapshot:
             h.gpu_status != GpuStatus.OK or h.gpu_count == 0 for h in self.host_states)
 
     @property
+    def ended(self) -> bool:
+        """True once the run is over (its figures no longer move)."""
+        return math.isfinite(self.ended_s)
+
+    @property
     def elapsed_s(self) -> float:
-        """Seconds since the earliest agent started (NaN before any agent said hello)."""
-        return self.now_s - self.started_s if math.isfinite(self.started_s) else math.nan
+        """Seconds from the earliest agent's start to now, or to the run's end (NaN before any hello)."""
+        end = self.ended_s if self.ended else self.now_s
+        return end - self.started_s if math.isfinite(self.started_s) else math.nan
 
     def straggler_row(self) -> int | None:
         """Index of the straggler in ``ranks`` (None when there is none)."""
@@ -139,7 +150,14 @@ class Snapshot:
 
 
 def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeout_s: float) -> Snapshot:
-    """Turn the store's locked copy (``LiveStore._copy_locked``) into the frame's immutable ``Snapshot``."""
+    """Turn the store's locked copy (``LiveStore._copy_locked``) into the frame's immutable ``Snapshot``.
+
+    Once the run ended (``raw["ended"]``: its state and when), the figures are frozen at its end: throughput is the
+    rate of its last seconds, the straggler verdict counts every rank, and ranks that did not say goodbye show the
+    run's end (stopped) instead of turning lost after the timeout.
+    """
+    ended_state, ended_s = raw.get("ended") or ("", math.nan)
+    ended = math.isfinite(ended_s)
     recent, valid = raw["recent"], raw["valid"]
     keep = valid & (recent["first_batch"] == 0)
     # the four per-rank means in one pass over a (4, ranks, window) stack, not four nanmean calls
@@ -154,14 +172,21 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
     cluster = raw["cluster"]
     bucket_start = np.where(raw["bucket_abs"] >= 0, raw["bucket_abs"] * bucket_s, np.nan)
     last_seen = raw["last_seen_s"]
-    codes = np.where(raw["finished"] > 0, 2, np.where(now - last_seen > lost_timeout_s, 1, 0))
-    names = (STATE_RUNNING, STATE_LOST, STATE_FINISHED)
+    silent = now - last_seen > lost_timeout_s
+    if ended and ended_state != STATE_LOST:
+        silent = np.zeros_like(silent)  # a stopped or finished run loses nobody: its ranks ended with it
+    codes = np.where(raw["finished"] > 0, 2, np.where(silent, 1, 3 if ended else 0))
+    names = (STATE_RUNNING, STATE_LOST, STATE_FINISHED, STATE_STOPPED)
     state = tuple(names[c] for c in codes.tolist())
     idle, cause, cause_share = _idle_cause(r_step, r_data, r_comp, r_comm)
-    steps_per_s, samples_per_s = _throughput(raw, now, bucket_s)
+    # an ended run's throughput is the rate of its last seconds, not a rate that decays to 0 as time passes
+    rate_now = min(now, ended_s + bucket_s) if ended else now
+    steps_per_s, samples_per_s = _throughput(raw, rate_now, bucket_s)
+    step_pct = _step_percentiles(recent["step_s"], keep)
     hellos: list[Hello] = raw["hellos"]
     first = hellos[0] if hellos else None
-    world = max([h.world_size * (len(h.ranks) if h.strategy == "mirrored" else 1) for h in hellos] + [len(state)])
+    # agents announce the ranks in sync (a MirroredStrategy process counts its replicas): never multiply
+    world = max([h.world_size for h in hellos] + [len(state)])
     return Snapshot(
         version=raw["version"], now_s=now, ranks=readonly(raw["ranks"]), hosts=raw["hosts"], state=state,
         last_seen_s=readonly(last_seen), current_step=readonly(raw["current_step"]),
@@ -178,11 +203,23 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         steps_per_s=steps_per_s, samples_per_s=samples_per_s,
         messages_per_s=_rate(raw["sec_abs"], raw["sec_msgs"], now),
         idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
-        # lost or finished ranks keep their last steps but are not "the rank the others wait for" any more
-        straggler=find_live_straggler(raw["ranks"], r_step, np.where(codes == 0, r_comm, np.nan), r_data,
-                                 r_comp),
+        # while the run goes on, lost or finished ranks are not "the rank the others wait for" any more; once it
+        # ended, the verdict over every rank's last steps is the run's final one
+        straggler=find_live_straggler(raw["ranks"], r_step, r_comm if ended else np.where(codes == 0, r_comm, np.nan),
+                                      r_data, r_comp),
         counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
+        step_pct_s=step_pct, run_id=raw.get("run_id", ""), run_state=ended_state or raw.get("run_state", "running"),
+        ended_s=ended_s,
     )
+
+
+def _step_percentiles(step_s: np.ndarray, keep: np.ndarray) -> tuple[float, float, float]:
+    """p50, p95 and max over every recent step of every rank (not over per-rank means, which hide the tail)."""
+    values = step_s[keep & ~np.isnan(step_s)]
+    if not values.size:
+        return math.nan, math.nan, math.nan
+    p50, p95 = np.percentile(values, [50, 95])
+    return float(p50), float(p95), float(values.max())
 
 
 def _idle_cause(step: np.ndarray, data: np.ndarray, comp: np.ndarray, comm: np.ndarray) -> tuple[float, str, float]:

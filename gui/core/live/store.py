@@ -72,12 +72,14 @@ class LiveStore:
     """
 
     def __init__(self, *, lost_timeout_s: float = 5.0, bucket_s: float = 1.0, buckets: int = 300,
-                 recent_steps: int = 128, recent_window: int = 20, series_len: int = 600) -> None:
+                 recent_steps: int = 128, recent_window: int = 20, series_len: int = 600, run_id: str = "") -> None:
         if bucket_s <= 0 or buckets < 2 or recent_steps < 1 or not 1 <= recent_window <= recent_steps:
             raise ValueError(f"LiveStore: need bucket_s > 0 (got {bucket_s}), buckets >= 2 (got {buckets}), "
                              f"1 <= recent_window ({recent_window}) <= recent_steps ({recent_steps})")
         self.lost_timeout_s = float(lost_timeout_s)
         self.bucket_s = float(bucket_s)
+        self.run_id = run_id
+        self._ended: tuple[str, float] | None = None  # (run state, when) once the run is over
         self._T = buckets
         self._R = recent_steps
         self._K = recent_window
@@ -169,6 +171,27 @@ class LiveStore:
             rejected = self._counters["rejected"]
             rejected[rejection.reason] = rejected.get(rejection.reason, 0) + 1
 
+    # ---- Public API: run lifecycle -------------------------------------------------------------------------------
+
+    def end(self, state: str, ts_s: float) -> None:
+        """The run is over (``state``: finished / stopped / failed / lost…): freeze its figures at ``ts_s``."""
+        with self._lock:
+            if self._ended is None or self._ended[0] != state:
+                self._ended = (state, ts_s)
+                self._version += 1
+
+    def reopen(self) -> None:
+        """The run is going again (a rank restarted under the same run id)."""
+        with self._lock:
+            if self._ended is not None:
+                self._ended = None
+                self._version += 1
+
+    @property
+    def ended(self) -> tuple[str, float] | None:
+        """(state, when) once the run is over, else None."""
+        return self._ended
+
     # ---- Public API: GUI thread ----------------------------------------------------------------------------------
 
     @property
@@ -208,7 +231,8 @@ class LiveStore:
             health = empty_columns("health")
             if self._health:
                 rows = list(self._health.values())
-                health = {name: np.array([float(getattr(h, name)) for h in rows]) for name in health}
+                health = {name: np.array([np.nan if getattr(h, name) is None else float(getattr(h, name))
+                                          for h in rows]) for name in health}
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
             return SessionData(agents=list(self._agents.values()), steps=steps, gpu=gpu, host=host,
                                health=health, events=list(self._events), counters=counters, source="live")
@@ -385,6 +409,7 @@ class LiveStore:
             "counters": dict(self._counters, rejected=dict(self._counters["rejected"]),
                              agents=len(self._agents)),
             "steps_total": self._steps_total, "latest_end_s": self._latest_end_s,
+            "run_id": self.run_id, "ended": self._ended,
         }
 
     def _heat_copy(self, name: str, rows: slice | np.ndarray, split: int) -> np.ndarray:

@@ -1,0 +1,324 @@
+"""The live runs of a window session: one ``LiveStore`` per run, the runs table, and each run's lifecycle.
+
+What it owns: the routing of every agent's records to the store of the run its Hello names (so a DDP demo and a
+MirroredStrategy run launched after it never mix), each run's lifecycle state (``gui.core.analysis.runs``'s one
+rule, fed with the agents' goodbyes, their silence and the launcher's word), and the rows of the window's runs table.
+
+What it must never do: import Qt, raise out of a sink method (they run on the collector thread), or grow without
+bound: at most ``max_runs`` stores are kept (the oldest ended run's store is released first; its row stays, and
+its data stays in the recording), and records of an agent whose Hello has not arrived yet wait in a bounded queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from agent.schema import Event, EventKind, Hello
+from agent.wire import Batch
+from gui.core.analysis.runs import (
+    ENDED_STATES,
+    LOST,
+    RUNNING,
+    LaunchOutcome,
+    decide_state,
+)
+from gui.core.ingest.sink import Gap, Rejection
+from gui.core.live.store import LiveStore
+
+log = logging.getLogger(__name__)
+
+MAX_RUNS: Final[int] = 32
+"""Runs whose live stores are kept in memory; older ended runs are released (their rows and recordings stay)."""
+PENDING_PER_AGENT: Final[int] = 64
+"""Messages kept for an agent whose Hello has not arrived yet (agents re-send it every 5 s)."""
+PENDING_AGENTS: Final[int] = 4096
+
+
+@dataclass(slots=True)
+class _Run:
+    """Book-keeping of one run (guarded by ``LiveRuns._lock``)."""
+
+    run_id: str
+    store: LiveStore | None
+    first_hello: Hello
+    agents: dict[str, Hello] = field(default_factory=dict)
+    last_seen: dict[str, float] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    launch: LaunchOutcome | None = None
+    stop_requested: bool = False
+    state: str = RUNNING
+    ended_s: float = math.nan
+    frozen: RunRow | None = None  # the last row, kept when the store is released
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One row of the window's runs table. Money and rates are ``NaN`` when unknown."""
+
+    run_id: str
+    framework: str
+    strategy: str
+    world_size: int
+    ranks: int
+    hosts: int
+    state: str
+    started_s: float
+    ended_s: float
+    duration_s: float
+    steps: int
+    samples_per_s: float
+    steps_per_s: float
+    idle_share: float
+    devices: int
+    device_unit: str  # "GPU" or "rank" (CPU-only runs are priced per rank)
+    exit_code: int | None
+    in_memory: bool
+
+    def cost(self, price_per_device_hour: float) -> float:
+        """What the run cost so far at this price: devices x wall time (it never decreases while the run goes)."""
+        return self.devices * self.duration_s / 3600.0 * price_per_device_hour
+
+
+class LiveRuns:
+    """An ``IngestSink`` that keeps one ``LiveStore`` per run. Thread-safe.
+
+    Args:
+        lost_timeout_s: an agent silent this long without a goodbye is gone (its run becomes ``lost``).
+        store_factory: makes the store of a new run (tests and benchmarks pass their own sizes).
+        max_runs: stores kept in memory.
+    """
+
+    def __init__(self, *, lost_timeout_s: float = 5.0, store_factory: Callable[[str], LiveStore] | None = None,
+                 max_runs: int = MAX_RUNS) -> None:
+        self._lost_timeout_s = float(lost_timeout_s)
+        self._factory = store_factory or (lambda run_id: LiveStore(lost_timeout_s=self._lost_timeout_s,
+                                                                    run_id=run_id))
+        self._max_runs = max_runs
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Run] = {}  # insertion order = order of appearance
+        self._run_of_agent: dict[str, str] = {}
+        self._pending: dict[str, deque[tuple[Batch, float]]] = {}
+        self._early_launches: dict[str, LaunchOutcome] = {}
+        self._version = 0
+
+    # ---- IngestSink (collector thread) ---------------------------------------------------------------------------
+
+    def on_batch(self, batch: Batch, recv_s: float) -> None:
+        """Route one message to its run's store; hold it briefly when its agent's Hello has not arrived yet."""
+        try:
+            hello = next((r for r in reversed(batch.records) if isinstance(r, Hello)), None)
+            with self._lock:
+                queued = None
+                run: _Run | None
+                if hello is not None:
+                    run = self._register(batch.agent_id, hello)
+                    queued = self._pending.pop(batch.agent_id, None)
+                else:
+                    run_id = self._run_of_agent.get(batch.agent_id)
+                    run = self._runs.get(run_id) if run_id is not None else None
+                    if run is None:
+                        self._hold(batch, recv_s)
+                        return
+                self._note(run, batch, recv_s)
+                store = run.store
+            if store is None:
+                return  # a released run (beyond max_runs): its data is in the recording
+            for held, held_recv in queued or ():
+                store.on_batch(held, held_recv)
+            store.on_batch(batch, recv_s)
+        except Exception:  # a sink must never raise into the collector
+            log.exception("live runs: could not take a message from %s", batch.agent_id)
+
+    def on_gap(self, gap: Gap) -> None:
+        """Count lost messages in the store of the agent's run."""
+        store = self._store_of_agent(gap.agent_id)
+        if store is not None:
+            store.on_gap(gap)
+
+    def on_rejection(self, rejection: Rejection) -> None:
+        """Rejected messages belong to no run: every store counts them, so the status bar shows them whatever run
+        is selected."""
+        with self._lock:
+            stores = [run.store for run in self._runs.values() if run.store is not None]
+        for store in stores:
+            store.on_rejection(rejection)
+
+    # ---- Public API (GUI thread) ---------------------------------------------------------------------------------
+
+    @property
+    def lost_timeout_s(self) -> float:
+        """Seconds of silence after which an agent without a goodbye is lost."""
+        return self._lost_timeout_s
+
+    @lost_timeout_s.setter
+    def lost_timeout_s(self, value: float) -> None:
+        self._lost_timeout_s = float(value)
+        with self._lock:
+            for run in self._runs.values():
+                if run.store is not None:
+                    run.store.lost_timeout_s = float(value)
+
+    @property
+    def version(self) -> int:
+        """Grows whenever a run appears or changes state."""
+        return self._version
+
+    def run_ids(self) -> list[str]:
+        """Every run seen, oldest first."""
+        with self._lock:
+            return list(self._runs)
+
+    def store(self, run_id: str) -> LiveStore | None:
+        """The live store of a run (None when unknown or released)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run.store if run is not None else None
+
+    def latest_run_id(self) -> str | None:
+        """The run that appeared last (a new launch becomes the selected run)."""
+        with self._lock:
+            return next(reversed(self._runs), None)
+
+    def note_launch(self, run_id: str, outcome: LaunchOutcome) -> None:
+        """The launcher's word on a run it started (stopped / failed / finished, with the exit code)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None:
+                run.launch = outcome
+            else:  # it ended before any agent said hello: remember it for when (if) one does
+                self._early_launches[run_id] = outcome
+            self._version += 1
+
+    def note_stop_requested(self, run_id: str | None) -> None:
+        """The window asked a run (None: every run) to stop: its ranks going quiet now are stopping, not lost."""
+        with self._lock:
+            for run in self._runs.values():
+                if run_id is None or run.run_id == run_id:
+                    run.stop_requested = True
+
+    def refresh(self, now_s: float | None = None) -> list[tuple[str, str, str]]:
+        """Decide every run's state now; returns the (run id, old state, new state) transitions."""
+        now = time.time() if now_s is None else now_s
+        changes = []
+        with self._lock:
+            for run in self._runs.values():
+                old = run.state
+                new = self._decide(run, now)
+                if new == old:
+                    continue
+                run.state = new
+                self._version += 1
+                changes.append((run.run_id, old, new))
+                if new in ENDED_STATES:
+                    # the meter never runs backwards: a later verdict (lost -> stopped) keeps the later end
+                    end = self._end_time(run, now)
+                    run.ended_s = end if old not in ENDED_STATES else max(end, run.ended_s)
+                    if run.store is not None:
+                        run.store.end(new, run.ended_s)
+                else:
+                    run.ended_s = math.nan
+                    if run.store is not None:
+                        run.store.reopen()
+            self._release_old(now)
+        return changes
+
+    def rows(self, now_s: float | None = None) -> list[RunRow]:
+        """The runs table, oldest first (states refreshed first)."""
+        now = time.time() if now_s is None else now_s
+        self.refresh(now)
+        with self._lock:
+            runs = list(self._runs.values())
+        return [self._row(run, now) for run in runs]
+
+    # ---- Internals -----------------------------------------------------------------------------------------------
+
+    def _register(self, agent_id: str, hello: Hello) -> _Run:
+        run = self._runs.get(hello.run_id)
+        if run is None:
+            early = self._early_launches.pop(hello.run_id, None)
+            run = _Run(hello.run_id, self._factory(hello.run_id), hello, launch=early)
+            self._runs[hello.run_id] = run
+            self._version += 1
+        if agent_id not in run.agents and run.state in ENDED_STATES and run.launch is None:
+            run.finished.discard(agent_id)  # an agent (re)joins an ended run: it goes on (torchrun restart)
+        run.agents[agent_id] = hello
+        self._run_of_agent[agent_id] = hello.run_id
+        return run
+
+    def _hold(self, batch: Batch, recv_s: float) -> None:
+        queue = self._pending.get(batch.agent_id)
+        if queue is None:
+            if len(self._pending) >= PENDING_AGENTS:
+                return  # bounded: the recording still has it
+            queue = self._pending[batch.agent_id] = deque(maxlen=PENDING_PER_AGENT)
+        queue.append((batch, recv_s))
+
+    def _note(self, run: _Run, batch: Batch, recv_s: float) -> None:
+        run.last_seen[batch.agent_id] = recv_s
+        for record in batch.records:
+            if isinstance(record, Event) and record.event == EventKind.FINISHED:
+                run.finished.add(batch.agent_id)
+
+    def _store_of_agent(self, agent_id: str) -> LiveStore | None:
+        with self._lock:
+            run_id = self._run_of_agent.get(agent_id)
+            run = self._runs.get(run_id) if run_id is not None else None
+            return run.store if run is not None else None
+
+    def _decide(self, run: _Run, now: float) -> str:
+        agents = list(run.agents)
+        silent = sum(1 for a in agents if a not in run.finished
+                     and now - run.last_seen.get(a, run.agents[a].started_s) > self._lost_timeout_s)
+        if run.stop_requested and run.launch is None:
+            silent = 0  # stopping: ranks go quiet before the launcher has seen every process exit
+        return decide_state(agents=len(agents), finished=len(run.finished & set(agents)), silent=silent,
+                            launch=run.launch)
+
+    def _end_time(self, run: _Run, now: float) -> float:
+        """When an ended run stopped costing: its last message, or the launcher's exit time, whichever is later.
+
+        A lost run is priced until it was found lost (``now``): its GPUs were held until then, and the cost so
+        far must never go down when the verdict arrives.
+        """
+        last = max(run.last_seen.values(), default=run.first_hello.started_s)
+        if run.state == LOST:
+            return now
+        return max(last, run.launch.ts_s if run.launch is not None else -math.inf)
+
+    def _release_old(self, now: float) -> None:
+        kept = [run for run in self._runs.values() if run.store is not None]
+        for run in kept[: max(0, len(kept) - self._max_runs)]:
+            if run.state in ENDED_STATES:
+                run.frozen = replace(self._row(run, now), in_memory=False)
+                run.store = None
+                log.info("run %s released from memory (more than %d runs); its recording keeps it",
+                         run.run_id, self._max_runs)
+
+    def _row(self, run: _Run, now: float) -> RunRow:
+        if run.store is None and run.frozen is not None:
+            return run.frozen
+        hello = run.first_hello
+        snap = run.store.snapshot(now) if run.store is not None else None
+        started = min(h.started_s for h in run.agents.values())
+        ended = run.ended_s
+        duration = max(0.0, (ended if math.isfinite(ended) else now) - started)
+        ranks = len(snap.ranks) if snap is not None else 0
+        gpus = len(snap.gpus) if snap is not None else 0
+        return RunRow(
+            run_id=run.run_id, framework=hello.framework, strategy=hello.strategy,
+            world_size=max([h.world_size for h in run.agents.values()] + [ranks]), ranks=ranks,
+            hosts=len({h.host for h in run.agents.values()}), state=run.state, started_s=started, ended_s=ended,
+            duration_s=duration, steps=snap.steps_total if snap is not None else 0,
+            samples_per_s=snap.samples_per_s if snap is not None else math.nan,
+            steps_per_s=snap.steps_per_s if snap is not None else math.nan,
+            idle_share=snap.idle_share if snap is not None else math.nan,
+            devices=max(gpus, ranks), device_unit="GPU" if gpus else "rank",
+            exit_code=run.launch.exit_code if run.launch is not None else None, in_memory=run.store is not None)
+

@@ -1,0 +1,147 @@
+"""LiveRuns without Qt: two runs in one window stay apart; a run's end freezes its figures and never loses money."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agent import wire
+from agent.schema import Event, EventKind, Hello, Step
+from agent.wire import Batch
+from gui.core.analysis.runs import FINISHED, LOST, RUNNING, STOPPED, LaunchOutcome
+from gui.core.ingest.sink import Gap, Rejection
+from gui.core.live.runs import PENDING_PER_AGENT, LiveRuns
+from gui.core.live.snapshot import STATE_FINISHED, STATE_LOST, STATE_STOPPED
+
+T0 = 1_700_000_000.0
+
+
+def hello(run_id: str, agent_id: str, ranks: list[int], *, framework: str = "pytorch", strategy: str = "ddp",
+          world: int = 2, started: float = T0) -> Hello:
+    return Hello(run_id, agent_id, "node0", 1, ranks[0], 0, world, 0, ranks, framework, strategy, None, [], "0.1.0",
+                 "1.0", started, 0.0, started)
+
+
+def step(rank: int, k: int, end: float, *, comm: float = 0.02, comp: float = 0.05) -> Step:
+    return Step(rank, k, end - 0.1, end, 0.1, 0.01, comp, comm + 0.01, comm, 32)
+
+
+def batch(agent_id: str, records: list, seq: int = 0) -> Batch:
+    return wire.decode(wire.encode(agent_id, seq, T0, records))
+
+
+def feed(runs: LiveRuns, run_id: str, agents: list[str], steps: int, start: float, *, slow: int | None = None,
+         **hello_kwargs: object) -> float:
+    """Each agent reports one rank; rank ``slow`` computes longer, so the others wait for it. Returns the end."""
+    for r, agent in enumerate(agents):
+        runs.on_batch(batch(agent, [hello(run_id, agent, [r], started=start, **hello_kwargs)]), start)  # type: ignore[arg-type]
+    end = start
+    for k in range(steps):
+        end = start + (k + 1) * 0.1
+        for r, agent in enumerate(agents):
+            comm, comp = (0.001, 0.09) if r == slow else (0.06, 0.03)
+            runs.on_batch(batch(agent, [step(r, k, end, comm=comm, comp=comp)], seq=k + 1), end)
+    return end
+
+
+def test_two_runs_never_mix_and_the_new_one_is_the_latest() -> None:
+    runs = LiveRuns()
+    end_a = feed(runs, "run-a", ["a0", "a1"], 30, T0)
+    end_b = feed(runs, "run-b", ["b0"], 20, T0 + 600.0, framework="tensorflow", strategy="mirrored")
+    assert runs.run_ids() == ["run-a", "run-b"] and runs.latest_run_id() == "run-b"
+    a = runs.store("run-a").snapshot(now_s=end_a)  # type: ignore[union-attr]
+    b = runs.store("run-b").snapshot(now_s=end_b)  # type: ignore[union-attr]
+    assert (a.framework, a.steps_total, list(a.ranks)) == ("pytorch", 60, [0, 1])
+    assert (b.framework, b.steps_total, list(b.ranks)) == ("tensorflow", 20, [0])
+    assert b.elapsed_s == pytest.approx(end_b - (T0 + 600.0))  # timed from its own start, not the first run's
+    rows = {row.run_id: row for row in runs.rows(now_s=end_b)}
+    assert rows["run-b"].framework == "tensorflow" and rows["run-b"].steps == 20
+    assert rows["run-a"].state == LOST  # silent for 10 minutes without goodbye
+    assert rows["run-b"].state == RUNNING
+
+
+def test_finished_run_freezes_verdict_throughput_and_cost() -> None:
+    runs = LiveRuns()
+    end = feed(runs, "run", ["a0", "a1", "a2"], 40, T0, slow=1)
+    live = runs.store("run").snapshot(now_s=end)  # type: ignore[union-attr]
+    assert live.straggler is not None and live.straggler.rank == 1
+    cost_live = runs.rows(now_s=end)[0].cost(2.0)
+    for seq, agent in enumerate(["a0", "a1", "a2"]):
+        runs.on_batch(batch(agent, [Event(end + 0.05, EventKind.FINISHED, seq)], seq=100), end + 0.05)
+    later = end + 60.0  # a minute after the end: nothing may decay or turn lost
+    rows = runs.rows(now_s=later)
+    assert rows[0].state == FINISHED
+    snap = runs.store("run").snapshot(now_s=later)  # type: ignore[union-attr]
+    assert snap.ended and snap.state == (STATE_FINISHED,) * 3
+    assert snap.straggler is not None and snap.straggler.rank == 1  # the verdict survives the end of the run
+    assert snap.steps_per_s == pytest.approx(live.steps_per_s, rel=0.25) and snap.steps_per_s > 0
+    assert rows[0].duration_s == pytest.approx(end + 0.05 - T0, abs=0.01)
+    assert rows[0].cost(2.0) >= cost_live  # never decreases
+    assert runs.rows(now_s=later + 3600)[0].cost(2.0) == rows[0].cost(2.0)  # and stops at the end
+
+
+def test_stop_from_the_window_is_stopped_not_lost_and_cost_never_decreases() -> None:
+    runs = LiveRuns(lost_timeout_s=5.0)
+    end = feed(runs, "run", ["a0", "a1"], 20, T0)
+    runs.note_stop_requested("run")
+    costs = [runs.rows(now_s=end + dt)[0].cost(1.0) for dt in (1.0, 8.0)]  # quiet, but stopping: not lost
+    assert runs.rows(now_s=end + 8.0)[0].state == RUNNING
+    runs.note_launch("run", LaunchOutcome(STOPPED, -2, end + 9.0, "stopped from the window"))
+    row = runs.rows(now_s=end + 30.0)[0]
+    assert row.state == STOPPED and row.exit_code == -2
+    costs.append(row.cost(1.0))
+    assert costs == sorted(costs)
+    snap = runs.store("run").snapshot(now_s=end + 30.0)  # type: ignore[union-attr]
+    assert snap.state == (STATE_STOPPED, STATE_STOPPED)  # not "lost" after the timeout
+
+
+def test_a_vanished_rank_makes_the_run_lost_and_a_late_verdict_keeps_the_later_end() -> None:
+    runs = LiveRuns(lost_timeout_s=3.0)
+    end = feed(runs, "run", ["a0", "a1"], 20, T0)
+    for k in range(20, 60):  # a0 goes on, a1 vanished at end
+        t = T0 + (k + 1) * 0.1
+        runs.on_batch(batch("a0", [step(0, k, t)], seq=k + 1), t)
+    now = T0 + 6.1
+    row = runs.rows(now_s=now)[0]
+    assert row.state == LOST
+    snap = runs.store("run").snapshot(now_s=now)  # type: ignore[union-attr]
+    assert snap.state[1] == STATE_LOST and snap.state[0] != STATE_LOST
+    lost_cost = row.cost(1.0)
+    runs.note_launch("run", LaunchOutcome(STOPPED, -9, end + 0.5))  # the launcher's word arrives later
+    assert runs.rows(now_s=now + 10)[0].cost(1.0) >= lost_cost
+
+
+def test_records_before_hello_wait_bounded_then_reach_the_run() -> None:
+    runs = LiveRuns()
+    for k in range(PENDING_PER_AGENT + 10):  # the collector started after the agent: no hello yet
+        runs.on_batch(batch("late", [step(0, k, T0 + k * 0.1)], seq=k), T0 + k * 0.1)
+    assert runs.run_ids() == []
+    runs.on_batch(batch("late", [hello("run-late", "late", [0])], seq=500), T0 + 10)
+    snap = runs.store("run-late").snapshot(now_s=T0 + 10)  # type: ignore[union-attr]
+    assert snap.steps_total == PENDING_PER_AGENT  # the newest held ones, bounded
+
+
+def test_gaps_go_to_their_run_and_rejections_to_every_run() -> None:
+    runs = LiveRuns()
+    feed(runs, "run-a", ["a0"], 3, T0)
+    feed(runs, "run-b", ["b0"], 3, T0 + 1)
+    runs.on_gap(Gap("b0", 4, 9, T0 + 2))
+    runs.on_rejection(Rejection("malformed", "bad", T0 + 2, 10))
+    a = runs.store("run-a").snapshot(now_s=T0 + 2)  # type: ignore[union-attr]
+    b = runs.store("run-b").snapshot(now_s=T0 + 2)  # type: ignore[union-attr]
+    assert a.counters["missing_messages"] == 0 and b.counters["missing_messages"] == 5
+    assert a.counters["rejected"] == {"malformed": 1} == b.counters["rejected"]
+
+
+def test_old_ended_runs_are_released_but_keep_their_row() -> None:
+    runs = LiveRuns(max_runs=2)
+    for i in range(4):
+        start = T0 + 100 * i
+        end = feed(runs, f"run-{i}", [f"a{i}"], 5, start)
+        runs.on_batch(batch(f"a{i}", [Event(end, EventKind.FINISHED, 0)], seq=50), end)
+    rows = runs.rows(now_s=T0 + 1000)
+    assert [r.run_id for r in rows] == ["run-0", "run-1", "run-2", "run-3"]
+    assert [r.in_memory for r in rows] == [False, False, True, True]
+    assert rows[0].state == FINISHED and rows[0].steps == 5 and not math.isnan(rows[0].duration_s)
+    assert runs.store("run-0") is None
