@@ -27,6 +27,7 @@ from gui.core.analysis.runs import (
     LOST,
     RUNNING,
     LaunchOutcome,
+    RunInfo,
     decide_state,
 )
 from gui.core.ingest.sink import Gap, Rejection
@@ -54,6 +55,7 @@ class _Run:
     launch: LaunchOutcome | None = None
     stop_requested: bool = False
     state: str = RUNNING
+    recorded: bool = False  # reopened from a file: its state is the recorded one, never re-decided
     ended_s: float = math.nan
     frozen: RunRow | None = None  # the last row, kept when the store is released
 
@@ -196,6 +198,20 @@ class LiveRuns:
                 self._early_launches[run_id] = outcome
             self._version += 1
 
+    def add_recorded(self, info: RunInfo, store: LiveStore, agents: list[Hello]) -> None:
+        """Add a run reopened from a recording (``gui.core.live.replay``): its store filled, its state as recorded."""
+        if not agents:
+            return
+        with self._lock:
+            run = _Run(info.run_id, store, agents[0], agents={h.agent_id: h for h in agents},
+                       state=info.state, recorded=True, ended_s=info.end_s)
+            run.launch = LaunchOutcome(info.state, info.exit_code, info.end_s, info.detail) \
+                if info.exit_code is not None else None
+            self._runs[info.run_id] = run
+            self._version += 1
+        if info.ended:
+            store.end(info.state, info.end_s)
+
     def note_stop_requested(self, run_id: str | None) -> None:
         """The window asked a run (None: every run) to stop: its ranks going quiet now are stopping, not lost."""
         with self._lock:
@@ -209,6 +225,8 @@ class LiveRuns:
         changes = []
         with self._lock:
             for run in self._runs.values():
+                if run.recorded:
+                    continue
                 old = run.state
                 new = self._decide(run, now)
                 if new == old:
@@ -308,6 +326,8 @@ class LiveRuns:
         snap = run.store.snapshot(now) if run.store is not None else None
         started = min(h.started_s for h in run.agents.values())
         ended = run.ended_s
+        if run.recorded and not math.isfinite(ended) and snap is not None:
+            now = snap.latest_end_s if math.isfinite(snap.latest_end_s) else now  # a recording's "now" is its end
         duration = max(0.0, (ended if math.isfinite(ended) else now) - started)
         ranks = len(snap.ranks) if snap is not None else 0
         gpus = len(snap.gpus) if snap is not None else 0

@@ -172,7 +172,8 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
     cluster = raw["cluster"]
     bucket_start = np.where(raw["bucket_abs"] >= 0, raw["bucket_abs"] * bucket_s, np.nan)
     last_seen = raw["last_seen_s"]
-    silent = now - last_seen > lost_timeout_s
+    # an ended run's ranks are judged at its end: the ones silent then were lost, the others ended with the run
+    silent = (ended_s if ended else now) - last_seen > lost_timeout_s
     if ended and ended_state != STATE_LOST:
         silent = np.zeros_like(silent)  # a stopped or finished run loses nobody: its ranks ended with it
     codes = np.where(raw["finished"] > 0, 2, np.where(silent, 1, 3 if ended else 0))

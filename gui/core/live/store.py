@@ -57,6 +57,8 @@ _HEAT: Final = ("data_wait_s", "comm_exposed_s")  # the per-rank shares the view
 _BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
                        "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
 _HEAT_POOL: Final = 8  # recycled frame copies per heat matrix: the window keeps ~6 snapshots alive (views, cache)
+MAX_BUCKET_S: Final[float] = 4096.0
+"""Widest bucket a run's history is merged into; beyond that the oldest buckets leave the ring (weeks-long runs)."""
 
 
 class LiveStore:
@@ -64,14 +66,16 @@ class LiveStore:
 
     Args:
         lost_timeout_s: a rank with no message for longer than this is shown as lost.
-        bucket_s: width of one time bucket of the heat matrices, seconds.
-        buckets: how many buckets are kept (``buckets * bucket_s`` seconds of history).
+        bucket_s: width of one time bucket of the heat matrices at the start of a run, seconds.
+        buckets: how many buckets are kept. When a run outgrows ``buckets * bucket_s`` seconds, the bucket width
+            doubles and neighbouring buckets merge, so the matrices always cover the whole run (level of detail:
+            a 1-hour run in 600 buckets has 8 s buckets; ``Snapshot.bucket_s`` says which).
         recent_steps: steps kept per rank for tables, per-rank breakdowns and ``to_session_data``.
         recent_window: steps averaged for the per-rank figures and the straggler heuristic.
         series_len: readings kept per GPU and per host.
     """
 
-    def __init__(self, *, lost_timeout_s: float = 5.0, bucket_s: float = 1.0, buckets: int = 300,
+    def __init__(self, *, lost_timeout_s: float = 5.0, bucket_s: float = 1.0, buckets: int = 600,
                  recent_steps: int = 128, recent_window: int = 20, series_len: int = 600, run_id: str = "") -> None:
         if bucket_s <= 0 or buckets < 2 or recent_steps < 1 or not 1 <= recent_window <= recent_steps:
             raise ValueError(f"LiveStore: need bucket_s > 0 (got {bucket_s}), buckets >= 2 (got {buckets}), "
@@ -114,6 +118,7 @@ class LiveStore:
         self._loss_cache: tuple[int, np.ndarray, np.ndarray] | None = None
         self._col_abs = np.full(buckets, -1, np.int64)  # which absolute bucket each column holds
         self._head_abs = -1
+        self._first_abs = -1  # the run's earliest bucket that holds a step (-1 before the first)
         self._bucket_samples = np.zeros(buckets)
         self._bucket_steps = np.zeros(buckets)
         # per agent / host / gpu
@@ -209,7 +214,7 @@ class LiveStore:
             raw = self._copy_locked()
             if now_s is None:
                 now = time.time()  # after the copy: no message in it can be "newer than now"
-        snap = build_snapshot(raw, now, self.bucket_s, self.lost_timeout_s)
+        snap = build_snapshot(raw, now, raw["bucket_s"], self.lost_timeout_s)
         self._cache = snap
         return snap
 
@@ -236,6 +241,105 @@ class LiveStore:
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
             return SessionData(agents=list(self._agents.values()), steps=steps, gpu=gpu, host=host,
                                health=health, events=list(self._events), counters=counters, source="live")
+
+    # ---- Bulk load (a reopened recording) ------------------------------------------------------------------------
+
+    def load_steps(self, steps: Columns, last_seen_s: dict[int, float] | None = None) -> None:
+        """Take many recorded steps at once (vectorized): the state ingesting them one by one would leave.
+
+        For a store that has not taken steps yet (a reopened session): the bucket width first doubles until the
+        steps' whole span fits the ring. ``last_seen_s`` gives each rank's last receive time (default: its last
+        step's end).
+        """
+        count = len(steps["rank"])
+        if count == 0:
+            return
+        with self._lock:
+            order = np.argsort(steps["end_s"], kind="stable")
+            cols = {name: np.asarray(column)[order] for name, column in steps.items()}
+            ranks = cols["rank"].astype(np.int64)
+            end = cols["end_s"].astype(np.float64)
+            rows = self._rows_for(ranks)
+            self._version += 1
+            self._load_recent_locked(rows, cols)
+            first_batch = np.nan_to_num(cols["first_batch"].astype(np.float64), nan=0.0) > 0
+            steady = ~first_batch & np.isfinite(end)
+            if self._first_abs < 0 and steady.any():
+                span = float(end[steady].max() - end[steady].min())
+                while span / self.bucket_s >= self._T - 1 and self.bucket_s * 2 <= MAX_BUCKET_S:
+                    self.bucket_s *= 2
+            self._load_buckets_locked(rows[steady], end[steady], {n: cols[n][steady] for n in cols})
+            self._steps_total += count
+            ring = self._end_ring
+            tail = end[-ring.size:]
+            ring[(self._steps_total - tail.size + np.arange(tail.size)) % ring.size] = tail
+            finite = end[np.isfinite(end)]
+            if finite.size and not finite.max() <= self._latest_end_s:
+                self._latest_end_s = float(finite.max())
+            for rank, row in self._row_of.items():
+                mine = ranks == rank
+                if mine.any():
+                    seen = (last_seen_s or {}).get(rank, float(np.nanmax(end[mine])))
+                    self._rank["last_seen_s"][row] = seen
+
+    def _rows_for(self, ranks: np.ndarray) -> np.ndarray:
+        unique, inverse = np.unique(ranks, return_inverse=True)
+        return np.array([self._row(int(r)) for r in unique.tolist()], dtype=np.int64)[inverse]
+
+    def _load_recent_locked(self, rows: np.ndarray, cols: Columns) -> None:
+        """Each rank's last ``recent_steps`` steps into its ring, in step order, as ``_take_step`` would."""
+        order = np.lexsort((cols["step"], rows))
+        rows_sorted = rows[order]
+        starts = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
+        sizes = np.diff(np.r_[starts, rows_sorted.size])
+        recent = self._recent
+        for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
+            row = int(rows_sorted[start])
+            before = int(self._rank["count"][row])
+            take = order[start + max(0, size - self._R): start + size]
+            slots = (before + max(0, size - self._R) + np.arange(take.size)) % self._R
+            recent["step"][row, slots] = cols["step"][take].astype(np.int64)
+            recent["end_s"][row, slots] = cols["end_s"][take]
+            recent["first_batch"][row, slots] = np.nan_to_num(cols["first_batch"][take].astype(np.float64)) > 0
+            for name in _RECENT_FIELDS:
+                recent[name][row, slots] = cols[name][take].astype(np.float64)
+            self._rank["count"][row] = before + size
+            self._rank["current_step"][row] = float(np.nanmax(cols["step"][order[start:start + size]]))
+
+    def _load_buckets_locked(self, rows: np.ndarray, end: np.ndarray, cols: Columns) -> None:
+        if not rows.size:
+            return
+        b = np.floor(end / self.bucket_s).astype(np.int64)
+        head = int(b.max())
+        if head > self._head_abs:
+            first = max(self._head_abs + 1, head - self._T + 1)
+            new = np.arange(first, head + 1) % self._T
+            for array in self._sums.values():
+                array[:, new] = 0.0
+            self._bucket_samples[new] = 0.0
+            self._bucket_steps[new] = 0.0
+            self._col_abs[new] = np.arange(first, head + 1)
+            self._head_abs = head
+        col = b % self._T
+        kept = self._col_abs[col] == b
+        self._counters["late_steps"] += int((~kept).sum())
+        rows, col, b = rows[kept], col[kept], b[kept]
+        if not rows.size:
+            return
+        self._first_abs = int(b.min()) if self._first_abs < 0 else min(self._first_abs, int(b.min()))
+        sums = self._sums
+        np.add.at(sums["n"], (rows, col), 1.0)
+        np.add.at(sums["step_s"], (rows, col), cols["step_s"][kept].astype(np.float64))
+        for name in ("data_wait_s", "compute_s", "comm_exposed_s"):
+            values = cols[name][kept].astype(np.float64)
+            have = ~np.isnan(values)
+            np.add.at(sums[name], (rows[have], col[have]), values[have])
+            np.add.at(sums["n_" + name], (rows[have], col[have]), 1.0)
+        np.add.at(self._bucket_steps, col, 1.0)
+        samples = cols["samples"][kept].astype(np.float64)
+        have = ~np.isnan(samples)
+        np.add.at(self._bucket_samples, col[have], samples[have])
+        self._dirty_cols.update(np.unique(col).tolist())
 
     # ---- Ingest --------------------------------------------------------------------------------------------------
 
@@ -301,6 +405,9 @@ class LiveStore:
 
     def _bucket_add(self, row: int, s: Step) -> None:
         b = math.floor(s.end_s / self.bucket_s)
+        while self._first_abs >= 0 and b - self._first_abs >= self._T and self.bucket_s * 2 <= MAX_BUCKET_S:
+            self._merge_buckets_locked()  # the run outgrew the ring: halve the resolution, keep the whole run
+            b = math.floor(s.end_s / self.bucket_s)
         if b > self._head_abs:
             first = max(self._head_abs + 1, b - self._T + 1)
             cols = np.arange(first, b + 1) % self._T
@@ -315,6 +422,8 @@ class LiveStore:
         if self._col_abs[col] != b:
             self._counters["late_steps"] += 1  # older than the kept history
             return
+        if self._first_abs < 0 or b < self._first_abs:
+            self._first_abs = b
         sums = self._sums
         self._dirty_cols.add(col)
         sums["n"][row, col] += 1
@@ -327,6 +436,33 @@ class LiveStore:
         self._bucket_steps[col] += 1
         if s.samples is not None:
             self._bucket_samples[col] += s.samples
+
+    def _merge_buckets_locked(self) -> None:
+        """Double the bucket width: bucket ``a`` of the old width becomes bucket ``a // 2`` of the new one."""
+        valid = np.flatnonzero(self._col_abs >= 0)
+        new_abs = self._col_abs[valid] // 2
+        new_cols = new_abs % self._T
+        for name, array in self._sums.items():
+            merged = np.zeros_like(array)
+            np.add.at(merged, (slice(None), new_cols), array[:, valid])  # type: ignore[arg-type]
+            self._sums[name] = merged
+        for name in ("_bucket_samples", "_bucket_steps"):
+            old = getattr(self, name)
+            merged = np.zeros_like(old)
+            np.add.at(merged, new_cols, old[valid])
+            setattr(self, name, merged)
+        self._head_abs //= 2
+        # the ring holds the T buckets up to the head, as after any advance (the ones before the run stay empty)
+        self._col_abs = np.full(self._T, -1, np.int64)
+        window = np.arange(self._head_abs - self._T + 1, self._head_abs + 1)
+        self._col_abs[window % self._T] = window
+        self._first_abs //= 2
+        self.bucket_s *= 2
+        for array in self._heat.values():
+            array[:] = np.nan
+        for array in self._cluster.values():
+            array[:] = np.nan
+        self._dirty_cols.update(range(self._T))  # every column moved: the views redraw them all
 
     def _count_second(self, recv_s: float) -> None:
         sec = int(recv_s)
@@ -409,7 +545,7 @@ class LiveStore:
             "counters": dict(self._counters, rejected=dict(self._counters["rejected"]),
                              agents=len(self._agents)),
             "steps_total": self._steps_total, "latest_end_s": self._latest_end_s,
-            "run_id": self.run_id, "ended": self._ended,
+            "run_id": self.run_id, "ended": self._ended, "bucket_s": self.bucket_s,
         }
 
     def _heat_copy(self, name: str, rows: slice | np.ndarray, split: int) -> np.ndarray:
