@@ -40,6 +40,7 @@ class LiveFigures:
     made_s: float
     took_s: float
     version: int
+    run_id: str | None = None  # the run these figures are about (None: the whole session)
 
 
 class LiveAnalyzer:
@@ -48,12 +49,16 @@ class LiveAnalyzer:
     Args:
         source: returns the whole session so far (called on the analyzer's thread).
         price: returns the price per GPU-hour to use now (None: the agents' or the default price).
+        priced_until: for a run id, until when it costs money (``LiveRuns.priced_until``: its last message while it
+            runs, its end afterwards). Without it a run is priced up to now while steps arrive.
     """
 
     def __init__(self, source: Callable[[], SessionData], price: Callable[[], float | None],
-                 min_period_s: float = 2.0) -> None:
+                 min_period_s: float = 2.0, *, priced_until: Callable[[str], float | None] | None = None) -> None:
         self._source = source
         self._price = price
+        self._priced_until = priced_until
+        self._run_id: str | None = None
         self._min_period_s = min_period_s
         self._latest: LiveFigures | None = None
         self._stop = threading.Event()
@@ -70,6 +75,18 @@ class LiveAnalyzer:
     def latest(self) -> LiveFigures | None:
         """The most recent figures, or None before the first pass finished."""
         return self._latest
+
+    def select(self, run_id: str | None) -> None:
+        """Analyze one run from now on (None: the whole session); the previous run's figures are dropped."""
+        if run_id != self._run_id:
+            self._run_id = run_id
+            self._latest = None
+            self._wake.set()
+
+    @property
+    def run_id(self) -> str | None:
+        """The run being analyzed (None: the whole session)."""
+        return self._run_id
 
     def refresh(self) -> None:
         """Ask for a pass now (e.g. after the price changed)."""
@@ -97,17 +114,25 @@ class LiveAnalyzer:
 
     def _pass(self) -> float:
         started = time.monotonic()
+        run_id = self._run_id
         try:
             session = self._source()
+            if run_id is not None:
+                session = session.for_run(run_id)
             analysis = analyze(session)
             now = time.time()
-            # While steps still arrive the money keeps flowing up to now; once the run went quiet, stop the meter.
-            live = analysis.steps_total > 0 and now - analysis.end_s < QUIET_AFTER_S
-            cost = estimate_cost(analysis, session, self._price(), now_s=now if live else None)
+            priced = self._priced_until(run_id) if self._priced_until is not None and run_id is not None else None
+            if priced is None:
+                # While steps still arrive the money keeps flowing up to now; once the run went quiet, stop the meter.
+                live = analysis.steps_total > 0 and now - analysis.end_s < QUIET_AFTER_S
+                priced = now if live else None
+            cost = estimate_cost(analysis, session, self._price(), now_s=priced)
         except Exception:  # a session file mid-write, a bad price: keep the last figures, try again later
             log.exception("live analysis pass failed; keeping the previous figures")
             return time.monotonic() - started
         took = time.monotonic() - started
         version = 1 if self._latest is None else self._latest.version + 1
-        self._latest = LiveFigures(analysis, cost, time.time(), took, version)
+        if run_id != self._run_id:
+            return took  # the selection changed during the pass: these figures are about another run
+        self._latest = LiveFigures(analysis, cost, time.time(), took, version, run_id)
         return took

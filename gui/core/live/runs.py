@@ -74,6 +74,7 @@ class RunRow:
     started_s: float
     ended_s: float
     duration_s: float
+    priced_s: float  # seconds of this run that cost money so far: up to its last message, or to its end
     steps: int
     samples_per_s: float
     steps_per_s: float
@@ -84,8 +85,9 @@ class RunRow:
     in_memory: bool
 
     def cost(self, price_per_device_hour: float) -> float:
-        """What the run cost so far at this price: devices x wall time (it never decreases while the run goes)."""
-        return self.devices * self.duration_s / 3600.0 * price_per_device_hour
+        """What the run cost so far at this price: devices x priced time. Priced up to the last message while the
+        run goes and up to its end afterwards, so it never decreases."""
+        return self.devices * self.priced_s / 3600.0 * price_per_device_hour
 
 
 class LiveRuns:
@@ -219,6 +221,17 @@ class LiveRuns:
                 if run_id is None or run.run_id == run_id:
                     run.stop_requested = True
 
+    def priced_until(self, run_id: str) -> float | None:
+        """Until when a run costs money: its end once it ended, else its latest message (None: unknown run).
+
+        Both only grow, so a cost priced up to this never goes down — not even when the run's end is decided.
+        """
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return None
+            return run.ended_s if math.isfinite(run.ended_s) else self._last_message(run)
+
     def refresh(self, now_s: float | None = None) -> list[tuple[str, str, str]]:
         """Decide every run's state now; returns the (run id, old state, new state) transitions."""
         now = time.time() if now_s is None else now_s
@@ -305,10 +318,14 @@ class LiveRuns:
         A lost run is priced until it was found lost (``now``): its GPUs were held until then, and the cost so
         far must never go down when the verdict arrives.
         """
-        last = max(run.last_seen.values(), default=run.first_hello.started_s)
+        last = self._last_message(run)
         if run.state == LOST:
-            return now
+            return max(now, last)
         return max(last, run.launch.ts_s if run.launch is not None else -math.inf)
+
+    @staticmethod
+    def _last_message(run: _Run) -> float:
+        return max(run.last_seen.values(), default=run.first_hello.started_s)
 
     def _release_old(self, now: float) -> None:
         kept = [run for run in self._runs.values() if run.store is not None]
@@ -329,13 +346,14 @@ class LiveRuns:
         if run.recorded and not math.isfinite(ended) and snap is not None:
             now = snap.latest_end_s if math.isfinite(snap.latest_end_s) else now  # a recording's "now" is its end
         duration = max(0.0, (ended if math.isfinite(ended) else now) - started)
+        priced = max(0.0, (ended if math.isfinite(ended) else self._last_message(run)) - started)
         ranks = len(snap.ranks) if snap is not None else 0
         gpus = len(snap.gpus) if snap is not None else 0
         return RunRow(
             run_id=run.run_id, framework=hello.framework, strategy=hello.strategy,
             world_size=max([h.world_size for h in run.agents.values()] + [ranks]), ranks=ranks,
             hosts=len({h.host for h in run.agents.values()}), state=run.state, started_s=started, ended_s=ended,
-            duration_s=duration, steps=snap.steps_total if snap is not None else 0,
+            duration_s=duration, priced_s=priced, steps=snap.steps_total if snap is not None else 0,
             samples_per_s=snap.samples_per_s if snap is not None else math.nan,
             steps_per_s=snap.steps_per_s if snap is not None else math.nan,
             idle_share=snap.idle_share if snap is not None else math.nan,

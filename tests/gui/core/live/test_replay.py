@@ -69,3 +69,21 @@ def test_reopened_session_shows_every_run_in_its_recorded_state(tmp_path: Path) 
     assert tf.state.count("lost") == 1  # the rank that vanished, judged at the run's end, not at today's clock
     later = {row.run_id: row.state for row in runs.rows(now_s=time.time() + 3600)}
     assert later == {"run-ddp": FINISHED, "run-tf": LOST}  # never re-decided
+
+
+def test_live_analyzer_prices_the_selected_run_up_to_its_priced_end(tmp_path: Path) -> None:
+    from gui.core.live.live_analysis import LiveAnalyzer
+
+    path = tmp_path / "s.db"
+    _record(path)
+    runs = runs_from_session(load(path))
+    analyzer = LiveAnalyzer(lambda: load(path), lambda: 2.0, priced_until=runs.priced_until)
+    analyzer.select("run-tf")
+    figures = analyzer.analyze_now()
+    assert figures is not None and figures.run_id == "run-tf"
+    assert figures.analysis.framework == "tensorflow" and figures.analysis.steps_total == 200
+    row = {r.run_id: r for r in runs.rows()}["run-tf"]
+    # the cost panel and the runs table price the same span: the run's own, not the session's
+    assert figures.cost.cost_total == pytest.approx(row.cost(2.0), rel=0.02)
+    analyzer.select("run-ddp")
+    assert analyzer.latest() is None  # never the other run's figures under this run's name
