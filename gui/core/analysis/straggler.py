@@ -82,21 +82,12 @@ def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.nda
     windows = 0
     for lo in range(0, wait.shape[1], window_steps):
         block = wait[:, lo:lo + window_steps]
-        complete = ~np.isnan(block).any(axis=0)
-        if complete.sum() < max(3, min(window_steps, block.shape[1]) // 2):
+        if (~np.isnan(block).any(axis=0)).sum() < max(3, min(window_steps, block.shape[1]) // 2):
             continue
         windows += 1
-        block = block[:, complete]
-        mins = np.argmin(block, axis=0)
-        counts = np.bincount(mins, minlength=len(ranks))
-        top = int(np.argmax(counts))
-        share = counts[top] / block.shape[1]
-        others = np.delete(block, top, axis=0)
-        gap = float(np.median(np.median(others, axis=0) - block[top]))
-        median_step = float(np.nanmedian(step_s[:, lo:lo + window_steps]))
-        gap_share = gap / median_step if median_step > 0 else 0.0
-        if share >= STRAGGLER_MIN_SHARE_OF_STEPS and gap_share >= STRAGGLER_MIN_GAP_SHARE:
-            flagged.setdefault(int(ranks[top]), []).append((share, gap, gap_share))
+        verdict = judge_window(block, step_s[:, lo:lo + window_steps])
+        if verdict is not None:
+            flagged.setdefault(int(ranks[verdict.row]), []).append((verdict.share, verdict.gap_s, verdict.gap_share))
     if not flagged:
         return None
     rank = max(flagged, key=lambda r: len(flagged[r]))
@@ -106,6 +97,44 @@ def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.nda
     return Straggler(rank=rank, windows_flagged=len(found), windows_total=windows,
                      min_share=float(np.mean([s for s, _, _ in found])), gap_s=gap_s,
                      gap_share=float(np.median([g for _, _, g in found])), cause=cause, cause_detail=detail)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowVerdict:
+    """The straggler of one window of steps: its row, the share of steps it waited least, how late it was."""
+
+    row: int
+    share: float
+    gap_s: float
+    gap_share: float
+
+
+def judge_window(wait: np.ndarray, step_s: np.ndarray, min_share_of_steps: float = STRAGGLER_MIN_SHARE_OF_STEPS,
+                 min_gap_share: float = STRAGGLER_MIN_GAP_SHARE) -> WindowVerdict | None:
+    """The one straggler rule, for the whole-run analysis (per window of steps) and the live window (recent steps).
+
+    ``wait`` and ``step_s`` are (rank x step) matrices of exposed wait and step time; NaN where a rank has no such
+    step. Rows without any value (ranks that left) are not candidates; only steps every remaining rank reported
+    are compared. The straggler is the row with the smallest exposed wait in at least ``min_share_of_steps`` of
+    them, late by at least ``min_gap_share`` of the median step (the others' median wait minus its own).
+    """
+    present = np.flatnonzero(~np.isnan(wait).all(axis=1))
+    if present.size < 2:
+        return None
+    block, steps = wait[present], step_s[present]
+    complete = ~np.isnan(block).any(axis=0)
+    if not complete.any():
+        return None
+    block, steps = block[:, complete], steps[:, complete]
+    counts = np.bincount(np.argmin(block, axis=0), minlength=present.size)
+    top = int(np.argmax(counts))
+    share = float(counts[top]) / block.shape[1]
+    gap = float(np.median(np.median(np.delete(block, top, axis=0), axis=0) - block[top]))
+    median_step = float(np.nanmedian(steps))
+    gap_share = gap / median_step if median_step > 0 else 0.0
+    if share >= min_share_of_steps and gap_share >= min_gap_share:
+        return WindowVerdict(int(present[top]), share, gap, gap_share)
+    return None
 
 
 def diagnose_wait(straggler: Straggler | None, comm_exposed_share: float, rank_compute_s: Sequence[float]) -> str:

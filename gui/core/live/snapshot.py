@@ -18,6 +18,7 @@ import numpy as np
 
 from agent.schema import GpuStatus, Hello
 from gui.core import phases
+from gui.core.analysis.straggler import judge_window
 
 PHASES: Final[tuple[str, ...]] = tuple(phase.name for phase in phases.PHASES)
 """The step phases every chart stacks, in this order (other = step - data wait - compute - exposed comm)."""
@@ -184,6 +185,7 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
     rate_now = min(now, ended_s + bucket_s) if ended else now
     steps_per_s, samples_per_s = _throughput(raw, rate_now, bucket_s)
     step_pct = _step_percentiles(recent["step_s"], keep)
+    candidates = np.ones(codes.size, bool) if ended else codes == 0  # who may be "the rank the others wait for"
     hellos: list[Hello] = raw["hellos"]
     first = hellos[0] if hellos else None
     # agents announce the ranks in sync (a MirroredStrategy process counts its replicas): never multiply
@@ -206,7 +208,8 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
         # while the run goes on, lost or finished ranks are not "the rank the others wait for" any more; once it
         # ended, the verdict over every rank's last steps is the run's final one
-        straggler=find_live_straggler(raw["ranks"], r_step, r_comm if ended else np.where(codes == 0, r_comm, np.nan),
+        straggler=find_live_straggler(raw["ranks"], np.where(keep, recent["step_s"], np.nan),
+                                      np.where(keep & candidates[:, None], recent["comm_exposed_s"], np.nan),
                                       r_data, r_comp),
         counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
         step_pct_s=step_pct, run_id=raw.get("run_id", ""), run_state=ended_state or raw.get("run_state", "running"),
@@ -258,26 +261,23 @@ def _rate(seconds_abs: np.ndarray, counts: np.ndarray, now: float, window: int =
 
 
 def find_live_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: np.ndarray,
-                        data_wait_s: np.ndarray, compute_s: np.ndarray | None = None,
-                        min_share: float = 0.05) -> LiveStraggler | None:
-    """The rank the others wait for: in synchronous data parallelism the slowest rank waits least in AllReduce.
+                        data_wait_s: np.ndarray, compute_s: np.ndarray | None = None) -> LiveStraggler | None:
+    """The rank the others wait for now, by the same rule as the whole-run analysis (``judge_window``).
 
-    A rank is named only when the other ranks' median exposed comm exceeds its own by at least ``min_share`` of
-    the median step time (so a healthy cluster with small jitter has no straggler). Its cause is the phase in which
-    it spends more than the others (data wait: its input pipeline; compute: its compute), not the phase's absolute
-    size: when every rank waits for data, data is not what makes this one late.
+    ``step_s`` / ``comm_exposed_s`` are (rank x recent step) matrices (a 1-D array is one step per rank); a row of
+    NaN is a rank that is not a candidate (lost or finished while the run goes on). In synchronous data parallelism
+    the slowest rank waits least in AllReduce. Its cause is the phase (per-rank means ``data_wait_s`` /
+    ``compute_s``) in which it spends more than the others, not the phase's absolute size: when every rank waits for
+    data, data is not what makes this one late.
     """
-    ok = ~np.isnan(step_s) & ~np.isnan(comm_exposed_s)
-    if ok.sum() < 2:
+    if len(ranks) < 2:
         return None
-    idx = np.flatnonzero(ok)
-    worst = idx[int(np.argmin(comm_exposed_s[idx]))]
-    others = idx[idx != worst]
-    median_step = float(np.median(step_s[idx]))
-    gap = float(np.median(comm_exposed_s[others])) - float(comm_exposed_s[worst])
-    if median_step <= 0 or gap / median_step < min_share:
+    wait = comm_exposed_s.reshape(len(ranks), -1).astype(np.float64)
+    verdict = judge_window(wait, step_s.reshape(len(ranks), -1).astype(np.float64))
+    if verdict is None:
         return None
-    share = gap / median_step
+    worst, gap, share = verdict.row, verdict.gap_s, verdict.gap_share  # share: of the median step
+    others = np.delete(np.arange(len(ranks)), worst)
     why = "cause unclear: neither its data wait nor its compute stands out"
     for phase, values in (("its data loader", data_wait_s), ("slower compute", compute_s)):
         if values is None or np.isnan(values[worst]) or np.isnan(values[others]).all():
@@ -287,4 +287,3 @@ def find_live_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: n
             break
     return LiveStraggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
                                                f"of each step for it in AllReduce")
-

@@ -306,3 +306,17 @@ def test_a_run_longer_than_the_ring_is_kept_whole_at_a_coarser_resolution() -> N
     assert np.nanmedian(heat[0]) == pytest.approx(0.05 / 0.1, rel=1e-3)
     assert np.nanmedian(heat[1]) == pytest.approx(0.001 / 0.1, rel=1e-3)
     assert np.all(snap.cluster_phase_s["step"][used] == pytest.approx(0.1, rel=1e-4))
+
+
+@pytest.mark.parametrize("slow", [None, 2])
+def test_live_and_whole_run_straggler_verdicts_come_from_one_rule(slow: int | None) -> None:
+    from gui.core.analysis.summary import analyze
+
+    store = LiveStore()
+    feed_cluster(store, 4, 25, slow=slow)
+    live = store.snapshot(now_s=T0 + 2.6).straggler
+    whole = analyze(store.to_session_data()).straggler
+    assert (live is None) == (whole is None) == (slow is None)
+    if live is not None and whole is not None:
+        assert live.rank == whole.rank == slow
+        assert live.others_wait_share == pytest.approx(whole.gap_share, rel=0.05)
