@@ -7,6 +7,7 @@ Qt (charts use matplotlib's object API). ``export`` is the one entry point the v
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -20,23 +21,41 @@ from gui.core.report.trace import write_trace
 EXPORT_KINDS: Final[tuple[str, ...]] = ("html", "pdf", "csv", "trace")
 
 
-def export(report: Report, kind: str, path: str | Path, progress: ProgressCallback | None = None,
+def export(report: Report | Sequence[Report], kind: str, path: str | Path, progress: ProgressCallback | None = None,
            cancel: CancelFlag | None = None) -> list[Path]:
     """Write one export (``kind`` in ``EXPORT_KINDS``; ``csv`` takes a directory). Returns the files written.
 
-    Raises ``ExportCancelled`` when ``cancel.is_set()`` becomes true, leaving no output file.
+    Several reports (one per run of a session) make one HTML page or PDF with a part per run; CSV files go to one
+    sub-folder per run and traces to one file per run (``trace-<run>.json``). Raises ``ExportCancelled`` when
+    ``cancel.is_set()`` becomes true, leaving no output file.
     """
     tracker = Progress(progress, cancel)
     tracker(0.0, f"starting {kind} export")
+    reports = [report] if isinstance(report, Report) else list(report)
     if kind == "html":
-        return [write_html(report, path, tracker)]
+        return [write_html(reports, path, tracker)]
     if kind == "pdf":
-        return [write_pdf(report, path, tracker)]
-    if kind == "csv":
-        return write_csv(report.session, path, tracker)
-    if kind == "trace":
-        return [write_trace(report.session, path, tracker)]
-    raise ValueError(f"unknown export kind {kind!r}; choose one of {', '.join(EXPORT_KINDS)}")
+        return [write_pdf(reports, path, tracker)]
+    if kind not in ("csv", "trace"):
+        raise ValueError(f"unknown export kind {kind!r}; choose one of {', '.join(EXPORT_KINDS)}")
+    written: list[Path] = []
+    for number, one in enumerate(reports):
+        part = tracker.slice(number / len(reports), (number + 1) / len(reports))
+        if kind == "csv":
+            folder = Path(path) if len(reports) == 1 else Path(path) / _file_part(one.analysis.run_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            written += write_csv(one.session, folder, part)
+        else:
+            target = Path(path)
+            if len(reports) > 1:
+                target = target.with_name(f"{target.stem}-{_file_part(one.analysis.run_id)}{target.suffix}")
+            written.append(write_trace(one.session, target, part))
+    return written
+
+
+def _file_part(run_id: str) -> str:
+    """A run id as a safe file-name part."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)[:80] or "run"
 
 
 __all__ = ["EXPORT_KINDS", "CancelFlag", "ExportCancelled", "Progress", "ProgressCallback", "Report",

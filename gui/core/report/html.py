@@ -11,7 +11,7 @@ import contextlib
 import html
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -48,16 +48,37 @@ svg{max-width:100%;height:auto}
 """
 
 
-def render_html(report: Report, progress: Progress | None = None, *, title: str = "Ringscope report") -> str:
-    """The report page as a string."""
+def render_html(report: Report | Sequence[Report], progress: Progress | None = None, *,
+                title: str = "Ringscope report") -> str:
+    """The report page as a string; several reports (one per run) become one page with a section per run."""
     progress = progress or Progress()
-    a = report.analysis
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)} — {_e(a.run_id)}"
+    reports = [report] if isinstance(report, Report) else list(report)
+    runs = ", ".join(r.analysis.run_id or "(unnamed)" for r in reports)
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)} — {_e(runs)}"
              f"</title><style>{STYLE}</style></head><body>",
-             f"<h1>{_e(title)}</h1><p class='sub'>Where did the time and the money go? Run {_e(a.run_id)}</p>",
+             f"<h1>{_e(title)}</h1><p class='sub'>Where did the time and the money go? "
+             f"{'Run' if len(reports) == 1 else f'{len(reports)} runs:'} {_e(runs)}</p>",
              legend_html()]
+    if len(reports) > 1:
+        parts.append("<ul>" + "".join(f"<li><a href='#run-{number}'>{_e(r.analysis.run_id)}</a> — "
+                                      f"{_e(r.analysis.framework)} / {_e(r.analysis.strategy)}</li>"
+                                      for number, r in enumerate(reports)) + "</ul>")
+    for number, one in enumerate(reports):
+        part = progress.slice(number / len(reports), (number + 1) / len(reports))
+        if len(reports) > 1:
+            parts.append(f"<h1 id='run-{number}'>Run {_e(one.analysis.run_id)}</h1>")
+        parts.extend(_run_sections(one, part, prefix=f"run{number}-" if len(reports) > 1 else ""))
+    parts.append("</body></html>")
+    progress(1.0, "HTML ready")
+    return "\n".join(parts)
+
+
+def _run_sections(report: Report, progress: Progress, prefix: str = "") -> list[str]:
+    """The sections of one run's report."""
+    a = report.analysis
+    parts = []
     progress(0.05, "headline")
-    parts.append(_section("headline", "Summary", table(headline_rows(report))))
+    parts.append(_section(prefix + "headline", "Summary", table(headline_rows(report))))
     chart_steps: list[tuple[str, str, Callable[[], Figure], str]] = [
         ("breakdown", "Step-time breakdown over time", lambda: charts.step_breakdown_columns(a),
          "Mean seconds per step in each phase, per time bucket. Warm-up steps included."),
@@ -66,24 +87,23 @@ def render_html(report: Report, progress: Progress | None = None, *, title: str 
     ]
     for number, (section_id, heading, make, caption) in enumerate(chart_steps):
         progress(0.1 + 0.3 * number, f"drawing {heading.lower()}")
-        parts.append(_section(section_id, heading, f"<p>{_e(caption)}</p>" + charts.to_svg(make())))
+        parts.append(_section(prefix + section_id, heading, f"<p>{_e(caption)}</p>" + charts.to_svg(make())))
         if section_id == "breakdown":
             parts.append(charts.to_svg(charts.throughput_line(a)))
     progress(0.7, "straggler and GPUs")
-    parts.append(_section("straggler", "Straggler", f"<p>{_e(straggler_text(a))}</p>"))
-    parts.append(_section("gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>" + charts.to_svg(
+    parts.append(_section(prefix + "straggler", "Straggler", f"<p>{_e(straggler_text(a))}</p>"))
+    parts.append(_section(prefix + "gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>" + charts.to_svg(
         charts.gpu_utilization(a))))
     progress(0.85, "cost")
-    parts.append(_section("cost", "Cost", table(cost_rows(report)) + charts.to_svg(charts.cost_split(report.cost))))
-    parts.append(_section("checkpoints", "Checkpoints and work at risk", table(checkpoint_rows(report))))
-    parts.append(_section("recommendations", "Recommendations", recommendations_html(report)))
-    parts.append(_section("quality", "Data quality", table(quality_rows(report))))
-    parts.append("</body></html>")
-    progress(1.0, "HTML ready")
-    return "\n".join(parts)
+    parts.append(_section(prefix + "cost", "Cost", table(cost_rows(report))
+                          + charts.to_svg(charts.cost_split(report.cost))))
+    parts.append(_section(prefix + "checkpoints", "Checkpoints and work at risk", table(checkpoint_rows(report))))
+    parts.append(_section(prefix + "recommendations", "Recommendations", recommendations_html(report)))
+    parts.append(_section(prefix + "quality", "Data quality", table(quality_rows(report))))
+    return parts
 
 
-def write_html(report: Report, path: str | Path, progress: Progress | None = None) -> Path:
+def write_html(report: Report | Sequence[Report], path: str | Path, progress: Progress | None = None) -> Path:
     """Render and write the report; nothing is written if the export is cancelled."""
     text = render_html(report, progress)
     return write_text_atomically(Path(path), text)

@@ -8,6 +8,7 @@ nothing behind.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.backends.backend_pdf import PdfPages
@@ -22,25 +23,28 @@ PAGE_SIZE = (8.27, 11.69)  # A4 portrait, inches
 LINES_PER_PAGE = 62
 
 
-def write_pdf(report: Report, path: str | Path, progress: Progress | None = None) -> Path:
-    """Write the PDF report and return its path."""
+def write_pdf(report: Report | Sequence[Report], path: str | Path, progress: Progress | None = None) -> Path:
+    """Write the PDF report and return its path; several reports (one per run) follow each other."""
     progress = progress or Progress()
     target = Path(path)
-    a = report.analysis
-    pages: list[tuple[str, object]] = [("text", lines) for lines in _paginate(_text_lines(report))]
-    pages += [("chart", f) for f in (charts.step_breakdown_columns, charts.throughput_line, charts.rank_bars,
-                                     charts.gpu_utilization)]
-    pages.append(("cost", charts.cost_split))
+    reports = [report] if isinstance(report, Report) else list(report)
+    pages: list[tuple[Report, str, object]] = []
+    for one in reports:
+        pages += [(one, "text", lines) for lines in _paginate(_text_lines(one))]
+        pages += [(one, "chart", f) for f in (charts.step_breakdown_columns, charts.throughput_line,
+                                              charts.rank_bars, charts.gpu_utilization)]
+        pages.append((one, "cost", charts.cost_split))
+    runs = ", ".join(r.analysis.run_id for r in reports)
     with atomic_target(target) as tmp, \
-            PdfPages(tmp, metadata={"Title": f"Ringscope report {a.run_id}", "Creator": "Ringscope"}) as pdf:
-        for number, (kind, content) in enumerate(pages):
+            PdfPages(tmp, metadata={"Title": f"Ringscope report {runs}", "Creator": "Ringscope"}) as pdf:
+        for number, (one, kind, content) in enumerate(pages):
             progress(number / len(pages), f"page {number + 1} of {len(pages)}")
             if kind == "text":
                 fig = _text_page(content)  # type: ignore[arg-type]
             elif kind == "cost":
-                fig = content(report.cost)  # type: ignore[operator]
+                fig = content(one.cost)  # type: ignore[operator]
             else:
-                fig = content(a)  # type: ignore[operator]
+                fig = content(one.analysis)  # type: ignore[operator]
             pdf.savefig(fig)
     progress(1.0, "PDF written")
     return target
@@ -48,7 +52,7 @@ def write_pdf(report: Report, path: str | Path, progress: Progress | None = None
 
 def _text_lines(report: Report) -> list[tuple[str, str]]:
     """(style, text) lines: style is "title", "heading" or "body"."""
-    lines: list[tuple[str, str]] = [("title", "Ringscope report"),
+    lines: list[tuple[str, str]] = [("title", f"Ringscope report — run {report.analysis.run_id or '(unnamed)'}"),
                                     ("body", "Where did the time and the money go?"), ("body", "")]
 
     def block(heading: str, rows: Rows) -> None:

@@ -166,3 +166,26 @@ def test_hours_are_written_for_people_at_every_scale() -> None:
 
     assert [hours_text(h) for h in (0.0, 1.47e-06, 0.00889, 0.5, 12.345, 1234.5)] == \
         ["0.00", "< 0.0001", "0.00889", "0.5", "12.35", "1,234.50"]
+
+
+def test_a_session_with_two_runs_exports_one_part_per_run(tmp_path: Path) -> None:
+    from gui.core.ingest.session import load
+    from gui.core.report import export
+    from tests.gui.core.analysis.test_runs import _record
+
+    path = tmp_path / "s.db"
+    _record(path)
+    session = load(path)
+    reports = [build_report(session.for_run(run_id), 2.0) for run_id in session.run_ids]
+    assert [r.analysis.framework for r in reports] == ["pytorch", "tensorflow"]
+    [html_file] = export(reports, "html", tmp_path / "r.html")
+    text = html_file.read_text()
+    assert "<h1 id='run-0'>Run run-ddp</h1>" in text and "<h1 id='run-1'>Run run-tf</h1>" in text
+    assert text.count("id='run0-headline'") == 1 and text.count("id='run1-headline'") == 1
+    [pdf_file] = export(reports, "pdf", tmp_path / "r.pdf")
+    single = export(reports[1], "pdf", tmp_path / "one.pdf")[0]
+    assert len(pdfium.PdfDocument(pdf_file)) > len(pdfium.PdfDocument(single)) >= 2
+    csv_files = export(reports, "csv", tmp_path / "csv")
+    assert {p.parent.name for p in csv_files} == {"run-ddp", "run-tf"}
+    traces = export(reports, "trace", tmp_path / "t.json")
+    assert [p.name for p in traces] == ["t-run-ddp.json", "t-run-tf.json"]
