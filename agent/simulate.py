@@ -52,6 +52,7 @@ RANKS_PER_HOST: Final[int] = 8
 GPU_INTERVAL_S: Final[float] = 0.5
 HOST_INTERVAL_S: Final[float] = 1.0
 CHECKPOINT_EVERY_STEPS: Final[int] = 200
+MAX_STEPS_PER_SECOND: Final[float] = 10_000.0
 RANKS_PER_PROCESS: Final[int] = 256
 """How many ranks one simulator process drives before another process is added."""
 MAX_AGENTS_PER_PROCESS: Final[int] = 64
@@ -80,11 +81,24 @@ class SimulationResult:
     """Wall time of the whole call, including starting processes and agents."""
     run_s: float
     """Wall time from the first step's start to the last step's end (the paced part)."""
+    problems: tuple[str, ...] = ()
+    """What went wrong, in words: a simulator process that died, or nothing delivered (no collector took a
+    single message within ``give_up_after_s``). Empty when the simulation ran as asked."""
 
     @property
     def steps_per_second(self) -> float:
         """Achieved steps per second per rank, over the paced part."""
         return self.steps / self.run_s if self.run_s > 0 else 0.0
+
+    @property
+    def delivered(self) -> bool:
+        """True when a collector took at least one record."""
+        return self.sent_records > 0
+
+    @property
+    def ok(self) -> bool:
+        """True when every simulator process finished and something was delivered."""
+        return not self.problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +113,7 @@ class _Config:
     data_stall_s: float
     run_id: str
     ranks_per_agent: int
+    give_up_after_s: float | None = None
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -118,6 +133,7 @@ def run_cluster(
     processes: int | None = None,
     ranks_per_agent: int | None = None,
     keys: AgentKeys | None = None,
+    give_up_after_s: float | None = None,
 ) -> SimulationResult:
     """Simulate ``ranks`` synchronous data-parallel ranks sending to ``endpoint``; returns when done or stopped.
 
@@ -129,8 +145,13 @@ def run_cluster(
         processes: simulator processes (default: one per 256 ranks); 0 runs in this process (threads).
         ranks_per_agent: ranks reported by one agent (default 1, more only past 64 agents per process).
         keys: access keys of a collector that requires authentication (default: ``RINGSCOPE_KEY`` as any agent).
+        give_up_after_s: stop early when no collector has taken a single message this long after the first step
+            (the result's ``problems`` says so); None waits for a collector as long as the simulation runs.
+
+    A simulator process that dies stops the whole simulation (a synchronous cluster cannot go on without a rank);
+    the result's ``problems`` names it.
     """
-    _validate(ranks, steps_per_second, duration_s, steps, straggler, data_stall_ms)
+    _validate(ranks, steps_per_second, duration_s, steps, straggler, data_stall_ms, give_up_after_s)
     if processes is None:
         processes = max(1, math.ceil(ranks / RANKS_PER_PROCESS))
     workers = max(1, processes)
@@ -140,16 +161,21 @@ def run_cluster(
     bounds = [round(i * ranks / workers) for i in range(workers + 1)]
     configs = [
         _Config(ranks, bounds[i], bounds[i + 1], endpoint, 1.0 / steps_per_second, steps, straggler,
-                data_stall_ms / 1000.0, run_id, ranks_per_agent)
+                data_stall_ms / 1000.0, run_id, ranks_per_agent, give_up_after_s)
         for i in range(workers) if bounds[i + 1] > bounds[i]
     ]
     stop = stop or threading.Event()
     started = time.monotonic()
+    problems: list[str] = []
     if processes == 0:
-        outcome = _run_in_thread(configs[0], duration_s, stop, keys)
-        totals = [outcome]
+        totals = [_run_in_thread(configs[0], duration_s, stop, keys)]
     else:
-        totals = _run_in_processes(configs, duration_s, stop, keys)
+        totals, problems = _run_in_processes(configs, duration_s, stop, keys)
+    if any(t.get("gave_up") for t in totals):
+        problems.append(f"nothing delivered: no collector took a single message at {endpoint} within "
+                        f"{give_up_after_s:g} s of the first step")
+    elif totals and not problems and sum(t["sent_records"] for t in totals) == 0:
+        problems.append(f"nothing delivered: no collector took a single message at {endpoint}")
     elapsed = time.monotonic() - started
     return SimulationResult(
         run_id=run_id,
@@ -163,6 +189,7 @@ def run_cluster(
         dropped_records=sum(t["dropped_records"] for t in totals),
         elapsed_s=elapsed,
         run_s=max((t["run_s"] for t in totals), default=0.0),
+        problems=tuple(problems),
     )
 
 
@@ -210,8 +237,9 @@ def _run_in_thread(config: _Config, duration_s: float | None, stop: threading.Ev
 
 
 def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop: threading.Event,
-                      keys: AgentKeys | None) -> list[dict]:
-    """One ``python -m agent.simulate`` child per config, driven over stdin/stdout lines.
+                      keys: AgentKeys | None) -> tuple[list[dict], list[str]]:
+    """One ``python -m agent.simulate`` child per config, driven over stdin/stdout lines. Returns the children's
+    outcomes and, in words, the children that died (their death stops the others).
 
     Plain subprocesses rather than multiprocessing: "spawn" re-imports the caller's ``__main__`` (breaking
     unguarded scripts) and "fork" would copy a process that holds ZeroMQ sockets and threads.
@@ -223,6 +251,7 @@ def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop
         for c in configs
     ]
     totals: list[dict] = []
+    started_at = time.time()
     try:
         for child in children:
             line = _read_line(child, deadline_s=120.0, stop=stop)
@@ -230,6 +259,7 @@ def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop
                 raise RuntimeError(f"simulator process {child.pid} failed to start (said {line!r}); see its errors")
         # One shared origin so every process's rank steps end at the same instants.
         start_at = time.time() + 0.2
+        started_at = start_at
         end_at = 0.0 if duration_s is None else start_at + duration_s
         for child in children:
             _tell(child, f"go {start_at!r} {end_at!r}")
@@ -249,7 +279,18 @@ def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop
             for stream in (child.stdin, child.stdout):
                 if stream is not None:
                     stream.close()
-    return totals
+    ended_at = time.time()
+    problems = [_death(child, config, ended_at - started_at) for child, config in zip(children, configs, strict=True)
+                if child.returncode != 0]
+    return totals, problems
+
+
+def _death(child: subprocess.Popen[str], config: _Config, after_s: float) -> str:
+    """A dead simulator process in words: which ranks, how it ended, when."""
+    code = child.returncode
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return (f"simulator process {child.pid} (ranks {config.first_rank}..{config.last_rank - 1}) {how} about "
+            f"{max(0.0, after_s):.1f} s into the run; the other ranks were stopped with it")
 
 
 def _tell(child: subprocess.Popen[str], line: str) -> None:
@@ -263,18 +304,22 @@ def _tell(child: subprocess.Popen[str], line: str) -> None:
 
 def _read_line(child: subprocess.Popen[str], *, deadline_s: float | None, stop: threading.Event,
                children: Sequence[subprocess.Popen[str]] = ()) -> str:
-    """The child's next stdout line; relays ``stop`` to all children while waiting."""
+    """The child's next stdout line. While waiting, relays ``stop`` to all children, and stops them all as soon
+    as one of ``children`` has died (exit code other than 0)."""
     assert child.stdout is not None
     box: list[str] = []
     reader = threading.Thread(target=lambda: box.append(child.stdout.readline() if child.stdout else ""),
                               daemon=True)
     reader.start()
     started = time.monotonic()
+    told = False
     while reader.is_alive():
         reader.join(0.1)
-        if stop.is_set():
+        died = any(other.poll() not in (None, 0) for other in children)
+        if (stop.is_set() or died) and not told:
             for other in children or (child,):
                 _tell(other, "stop")
+            told = True
         if deadline_s is not None and time.monotonic() - started > deadline_s:
             return ""
     return box[0].strip() if box else ""
@@ -331,6 +376,7 @@ def _drive(config: _Config, agents: list[tuple[Agent, list[int]]], origin_s: flo
     step = 0
     step_records = 0
     records_put = 0
+    watch = _DeliveryWatch([t for t, _ in agents], config.give_up_after_s, origin_s)
     while not stop.is_set():
         if config.steps is not None and step >= config.steps:
             break
@@ -338,8 +384,7 @@ def _drive(config: _Config, agents: list[tuple[Agent, list[int]]], origin_s: flo
         step_end = step_start + float(phases["step"][0])
         if end_wall is not None and step_end > end_wall:
             break
-        delay = step_end - time.time()
-        if delay > 0 and stop.wait(delay):
+        if _sleep_until(step_end, stop, watch):
             break
         loss = 2.5 * math.exp(-step / 500.0) + 0.1
         for telemetry, group in agents:
@@ -372,7 +417,43 @@ def _drive(config: _Config, agents: list[tuple[Agent, list[int]]], origin_s: flo
         "records_put": records_put + step_records + 2 * len(agents),  # + started/finished events
         "sent_records": sum(s.sent_records for s in stats if s is not None),
         "dropped_records": sum(s.dropped_records for s in stats if s is not None),
+        "gave_up": watch.gave_up,
     }
+
+
+class _DeliveryWatch:
+    """Decides once, ``give_up_after_s`` after the origin, whether any agent has delivered a message."""
+
+    def __init__(self, agents: Sequence[Agent], give_up_after_s: float | None, origin_s: float) -> None:
+        self._agents = agents
+        self._deadline = None if give_up_after_s is None else origin_s + give_up_after_s
+        self.gave_up = False
+
+    def seconds_to_decision(self, now: float) -> float:
+        """How long until the decision is due (infinite once it is made or when there is none to make)."""
+        return math.inf if self._deadline is None else max(0.0, self._deadline - now)
+
+    def give_up(self, now: float) -> bool:
+        """True (once and for good) when the deadline passed and no agent has sent a single record."""
+        if self._deadline is None or now < self._deadline:
+            return self.gave_up
+        self._deadline = None
+        self.gave_up = not any(a.stats is not None and a.stats.sent_records > 0 for a in self._agents)
+        return self.gave_up
+
+
+def _sleep_until(wall_s: float, stop: Any, watch: _DeliveryWatch) -> bool:
+    """Wait until ``time.time()`` reaches ``wall_s``; True when the simulation must end instead (``stop`` set,
+    or nobody took a message in time)."""
+    while True:
+        now = time.time()
+        if watch.give_up(now):
+            return True
+        remaining = wall_s - now
+        if remaining <= 0:
+            return False
+        if stop.wait(min(remaining, watch.seconds_to_decision(now) + 0.001)):
+            return True
 
 
 def _close_all(agents: Sequence[Agent]) -> None:
@@ -413,11 +494,13 @@ def _host_of(rank: int) -> str:
 
 
 def _validate(ranks: int, steps_per_second: float, duration_s: float | None, steps: int | None,
-              straggler: tuple[int, float] | None, data_stall_ms: float) -> None:
+              straggler: tuple[int, float] | None, data_stall_ms: float, give_up_after_s: float | None) -> None:
     if ranks < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
-    if not (0 < steps_per_second <= 10_000) or not math.isfinite(steps_per_second):
-        raise ValueError(f"steps per second must be in (0, 10000], got {steps_per_second}")
+    if not (0 < steps_per_second <= MAX_STEPS_PER_SECOND) or not math.isfinite(steps_per_second):
+        raise ValueError(f"steps per second must be in (0, {MAX_STEPS_PER_SECOND:g}], got {steps_per_second}")
+    if give_up_after_s is not None and not (give_up_after_s > 0 and math.isfinite(give_up_after_s)):
+        raise ValueError(f"give_up_after_s must be a finite number > 0 (or None), got {give_up_after_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration must be > 0 s, got {duration_s}")
     if steps is not None and steps < 1:

@@ -71,3 +71,13 @@ def test_run_sends_marked_simulated_records_through_agents() -> None:
     assert gpus and all(g.name == "Simulated GPU" for g in gpus)
     by_rank = {r: np.median([s.comm_exposed_s for s in steps if s.rank == r]) for r in range(4)}
     assert min(by_rank, key=by_rank.__getitem__) == 2
+
+
+def test_without_a_collector_the_run_gives_up_and_says_so() -> None:
+    started = time.monotonic()
+    result = run_cluster(2, endpoint="tcp://127.0.0.1:1", steps_per_second=20, duration_s=60, processes=0,
+                         give_up_after_s=0.5)
+    assert time.monotonic() - started < 10
+    assert not result.delivered and not result.ok
+    assert result.problems == ("nothing delivered: no collector took a single message at tcp://127.0.0.1:1 within "
+                               "0.5 s of the first step",)
