@@ -1,12 +1,13 @@
-"""The ``ringscope`` command: the window by default, and headless sub-commands.
+"""The ringscope command: the window by default, and headless commands.
 
-    ringscope                      open the window
-    ringscope demo                 open the window and start a real 2-rank demo training
-    ringscope record --out S.db    headless collector
-    ringscope simulate --ranks N   synthetic cluster through the real agent code path
-    ringscope info S.db            JSON summary of a session file
-    ringscope report S.db ...      HTML / PDF / CSV / trace exports
-    ringscope compare A.db B.db    side-by-side comparison
+    ringscope                            open the window
+    ringscope demo                       open the window and start a real 2-rank demo training
+    ringscope record --out SESSION.db    headless collector
+    ringscope simulate --ranks N         synthetic cluster through the real agent code path
+    ringscope info SESSION.db            JSON summary of a session file
+    ringscope report SESSION.db ...      HTML / PDF / CSV / trace exports
+    ringscope compare A.db B.db ...      side-by-side comparison
+    ringscope keys                       access token for a --secure collector
 
 Qt is imported only by the window commands, so the headless ones work on machines without a display or PySide6.
 """
@@ -14,10 +15,13 @@ Qt is imported only by the window commands, so the headless ones work on machine
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
 from collections.abc import Sequence
+
+from gui.commands._args import EXIT_USAGE, Parser
 
 # sub-command name -> module under gui.commands providing add_arguments(parser) and run(args) -> int
 COMMANDS: dict[str, str] = {
@@ -30,43 +34,109 @@ COMMANDS: dict[str, str] = {
     "compare": "gui.commands.compare",
     "keys": "gui.commands.keys",
 }
+DEFAULT_COMMAND = "window"
+_TOP_LEVEL_ONLY = ("-h", "--help", "--version")
+_EPILOG = """exit codes:
+  0  done
+  1  the command ran but failed (e.g. simulate delivered nothing, or a simulator process died)
+  2  a bad argument, file or endpoint; one line on stderr names it, and nothing was written
+
+'ringscope COMMAND --help' lists the options of a command."""
+
+
+def version() -> str:
+    """``ringscope X.Y.Z (telemetry schema A.B)``."""
+    from importlib import metadata
+
+    from agent.schema import AGENT_VERSION, schema_version_str
+
+    try:
+        number = metadata.version("ringscope")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        number = AGENT_VERSION
+    return f"ringscope {number} (telemetry schema {schema_version_str()})"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (sub-command modules add their own options)."""
-    parser = argparse.ArgumentParser(prog="ringscope", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="ringscope", description=__doc__, epilog=_EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         try:
             module = importlib.import_module(module_name)
         except ImportError:
             continue  # a command whose optional dependencies are missing is simply not offered
-        doc = (module.__doc__ or name).strip().splitlines()[0]
-        command_parser = sub.add_parser(name, help=doc, description=module.__doc__)
+        doc = (module.__doc__ or name).strip()
+        command_parser = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+                                        formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command_parser)
-        command_parser.set_defaults(_module=module)
+        command_parser.set_defaults(_module=module, _parser=command_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ringscope`` console script."""
+    """Entry point of the ``ringscope`` console script; returns the exit code (argparse's included)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    # `ringscope [--verbose] [window options]` opens the window: insert the default sub-command.
-    first_positional = next((a for a in args_list if not a.startswith("-")), None)
-    wants_help = any(a in ("-h", "--help") for a in args_list) and first_positional is None
-    if not wants_help and first_positional not in COMMANDS:
-        verbose = [a for a in args_list if a in ("-v", "--verbose")]
-        args_list = [*verbose, "window", *[a for a in args_list if a not in verbose]]
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    try:
+        args_list = _with_command(parser, args_list)
+        args, unknown = parser.parse_known_args(args_list)
+        if unknown:  # said by the command's parser, so that the message points at the command's --help
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    except SystemExit as exc:  # --help, --version, or a bad argument (already reported on one line)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     module = getattr(args, "_module", None)
     if module is None:
         parser.print_help()
-        return 2
+        return EXIT_USAGE
     return int(module.run(args) or 0)
+
+
+def _with_command(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """``args`` with the default command inserted when none is given (``ringscope --bind E`` opens the window);
+    exits 2 with the list of commands when the first word is not one."""
+    index = _first_word(args, _value_options(parser, DEFAULT_COMMAND))
+    if index is None:
+        if any(a in _TOP_LEVEL_ONLY for a in args):
+            return args
+        verbose = [a for a in args if a in ("-v", "--verbose")]
+        return [*verbose, DEFAULT_COMMAND, *[a for a in args if a not in verbose]]
+    word = args[index]
+    if word in COMMANDS:
+        return args
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    parser.exit(EXIT_USAGE, f"ringscope: unknown command {word!r}{hint}; commands: {', '.join(COMMANDS)}; "
+                            "see 'ringscope --help'\n")
+
+
+def _first_word(args: list[str], value_options: set[str]) -> int | None:
+    """Index of the first argument that is neither an option nor an option's value."""
+    takes_value = False
+    for index, arg in enumerate(args):
+        if takes_value:
+            takes_value = False
+        elif arg == "--":
+            return index + 1 if index + 1 < len(args) else None
+        elif arg.startswith("-") and len(arg) > 1:
+            takes_value = "=" not in arg and arg in value_options
+        else:
+            return index
+    return None
+
+
+def _value_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
+    """The option strings of ``command`` that take a value (so the word after them is not a command)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return {option for sub_action in action.choices[command]._actions if sub_action.nargs != 0
+                    for option in sub_action.option_strings}
+    return set()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""Print the access token agents need to reach a collector started with ``--secure``: ringscope keys.
+"""Print the access token agents need to reach a collector started with --secure.
 
-    ringscope keys [--key-file F] [--export]
+    ringscope keys [--key-file FILE] [--export]
 
-Creates the collector's keys on first use. Give the token to the trainings (``RINGSCOPE_KEY=...``), or point them
-at the token file on a shared file system (``RINGSCOPE_KEY_FILE=...``); trainings launched from the window get
-it automatically.
+Creates the collector's keys on first use. Give the token to the trainings (RINGSCOPE_KEY=...), or point them at
+the token file on a shared file system (RINGSCOPE_KEY_FILE=...); trainings launched from the window get it
+automatically.
 """
 
 from __future__ import annotations
@@ -15,19 +15,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gui.commands._args import EXIT_USAGE, fail, os_error_text, output_file
+
 if TYPE_CHECKING:
     from agent.keys import CollectorKeys
 
 
-_KEY_FILE_HELP = "collector key file (default ~/.local/share/ringscope/collector-keys.json)"
+_KEY_FILE_HELP = ("collector key file, created (with missing folders) on first use "
+                  "(default ~/.local/share/ringscope/collector-keys.json)")
 
 
 def add_secure_arguments(parser: argparse.ArgumentParser) -> None:
     """``--secure`` and ``--key-file`` for the commands that run a collector (window, demo, record)."""
     parser.add_argument("--secure", action="store_true",
                         help="require agents to authenticate and encrypt telemetry (ZeroMQ CURVE); agents need "
-                             "the access token (`ringscope keys`); trainings launched from the window get it")
-    parser.add_argument("--key-file", metavar="F", help=_KEY_FILE_HELP + ", used with --secure")
+                             "the access token ('ringscope keys'); trainings launched from the window get it")
+    parser.add_argument("--key-file", type=output_file, metavar="FILE", help=_KEY_FILE_HELP + "; used with --secure")
 
 
 def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys | None, int]:
@@ -39,10 +42,10 @@ def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys |
 
     loaded = _load(args.key_file, command)
     if loaded is None:
-        return None, 2
+        return None, EXIT_USAGE
     keys, token_file = loaded
     print(f"ringscope {command}: agents must authenticate (CURVE); give them {ENV_KEY_FILE}={token_file} or the "
-          "token from `ringscope keys`", file=sys.stderr)
+          "token from 'ringscope keys'", file=sys.stderr)
     return keys, 0
 
 
@@ -50,20 +53,23 @@ def _load(key_file: str | None, command: str) -> tuple[CollectorKeys, Path] | No
     """The collector's keys (created on first use) and the agents' token file written beside them; None after
     printing why the key file cannot be used."""
     from agent.keys import AccessKeyError
-    from gui.core.ingest.access import collector_keys, write_agent_token
+    from gui.core.ingest.access import collector_keys, default_key_path, write_agent_token
 
     try:
         keys = collector_keys(key_file)
+        return keys, write_agent_token(keys, key_file)
     except AccessKeyError as exc:
-        print(f"ringscope {command}: {exc}", file=sys.stderr)
-        return None
-    return keys, write_agent_token(keys, key_file)
+        fail(command, str(exc))
+    except OSError as exc:
+        where = f"--key-file {key_file}" if key_file else f"the default key file {default_key_path()}"
+        fail(command, f"cannot write {where}: {os_error_text(exc)}; choose another --key-file FILE")
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ringscope keys``."""
-    parser.add_argument("--key-file", metavar="F", help=_KEY_FILE_HELP)
-    parser.add_argument("--export", action="store_true", help="print only `export RINGSCOPE_KEY=...` (for eval)")
+    parser.add_argument("--key-file", type=output_file, metavar="FILE", help=_KEY_FILE_HELP)
+    parser.add_argument("--export", action="store_true", help="print only 'export RINGSCOPE_KEY=...' (for eval)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = _load(args.key_file, "keys")
     if loaded is None:
-        return 2
+        return EXIT_USAGE
     keys, token_file = loaded
     if args.export:
         print(f"export {ENV_KEY}={shlex.quote(keys.agent_keys.token)}")

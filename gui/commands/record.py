@@ -14,6 +14,7 @@ import threading
 import time
 from types import FrameType
 
+from gui.commands._args import bind_endpoint, new_session_file, seconds, seconds_or_zero
 from gui.commands.keys import add_secure_arguments, secure_keys
 from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
 from gui.core.ingest.recorder import Recorder
@@ -21,13 +22,15 @@ from gui.core.ingest.recorder import Recorder
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ringscope record``."""
-    parser.add_argument("--out", required=True, metavar="SESSION.db", help="session file to create (must not exist)")
-    parser.add_argument("--bind", default=DEFAULT_BIND, metavar="ENDPOINT",
+    parser.add_argument("--out", required=True, type=new_session_file, metavar="SESSION.db",
+                        help="session file to create (must not exist; missing folders are created)")
+    parser.add_argument("--bind", type=bind_endpoint, default=DEFAULT_BIND, metavar="ENDPOINT",
                         help=f"ZeroMQ endpoint to listen on (default {DEFAULT_BIND}: this machine only; "
                              "use tcp://0.0.0.0:5757 to accept agents from other hosts)")
-    parser.add_argument("--progress-s", type=float, default=5.0, metavar="S",
-                        help="seconds between progress lines on stderr (0: none)")
-    parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
+    parser.add_argument("--progress-s", type=seconds_or_zero, default=5.0, metavar="SECONDS",
+                        help="seconds between progress lines on stderr (default %(default)g; 0: none)")
+    parser.add_argument("--duration", type=seconds, default=None, metavar="SECONDS",
+                        help="stop after this many seconds (default: run until Ctrl-C or SIGTERM)")
     add_secure_arguments(parser)
 
 

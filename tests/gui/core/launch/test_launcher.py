@@ -426,4 +426,4 @@ def test_demo_command_refuses_a_busy_collector_port(capsys: pytest.CaptureFixtur
     message = capsys.readouterr().err
     assert f"port {port} is in use" in message and "--bind" in message
     assert main(["demo", "--steps", "0"]) == 2
-    assert "--steps 0 must be at least 1" in capsys.readouterr().err
+    assert "argument --steps: expected a whole number >= 1, got '0'" in capsys.readouterr().err
