@@ -148,14 +148,11 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
 
 
 def missing_display() -> str | None:
-    """Why no window can open here (Linux without X11/Wayland and no Qt platform chosen), or None."""
-    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
-        return None
-    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
-        return None
-    return ("no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset). On a headless machine run "
-            "`xvfb-run ringscope ...`, or record without a window: `ringscope record --out SESSION.db` and open "
-            "the report with `ringscope report SESSION.db --html report.html`.")
+    """Why no window can open here, or None: no X11/Wayland display and no Qt platform chosen, or Qt's xcb
+    libraries missing (Qt would abort inside ``QApplication``); the message names the packages to install."""
+    from gui.core.display import display_problem
+
+    return display_problem(os.environ)
 
 
 def _quit_on_signals(app: QtWidgets.QApplication) -> None:
