@@ -1,6 +1,10 @@
 """Export a recorded session: HTML, PDF, CSV files and a Chrome/Perfetto trace.
 
-    ringscope report SESSION.db [--html FILE] [--pdf FILE] [--csv DIR] [--trace FILE] [--price-per-gpu-hour PRICE]
+    ringscope report SESSION.db [--run RUN | --all-runs] [--html FILE] [--pdf FILE] [--csv DIR] [--trace FILE]
+                     [--price-per-gpu-hour PRICE]
+
+A session holds one run per training (ringscope info lists them). With one run it is reported; with several, name
+one with --run (an id or an unambiguous prefix), or give --all-runs for one part per run.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from gui.commands._args import (
     remove_folders,
 )
 from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from gui.core.analysis.runs import pick_run, runs_of
 from gui.core.ingest.session import SessionFileError, load
 
 OUTPUTS: tuple[str, ...] = ("html", "pdf", "csv", "trace")
@@ -33,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for steps.csv, devices.csv, hosts.csv, events.csv")
     parser.add_argument("--trace", type=output_file, metavar="FILE",
                         help="Chrome-trace / Perfetto JSON of per-rank step phases")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run", metavar="RUN", help="the run to report (an id from 'ringscope info', or a prefix)")
+    which.add_argument("--all-runs", action="store_true",
+                       help="one part per run: HTML and PDF get a section per run, CSV a folder per run, traces "
+                            "one file per run")
     add_price_argument(parser, f"the agents' price, else {DEFAULT_PRICE_PER_GPU_HOUR:g}")
 
 
@@ -48,7 +58,19 @@ def run(args: argparse.Namespace) -> int:
         session = load(args.session)
     except SessionFileError as exc:
         return fail("report", str(exc))
-    report = build_report(session, args.price_per_gpu_hour)
+    runs = runs_of(session)
+    if args.all_runs or (not runs and args.run is None):
+        chosen = [run.run_id for run in runs]
+    else:
+        try:
+            chosen = [pick_run(runs, args.run).run_id]
+        except LookupError as exc:
+            return fail("report", str(exc))
+    if not chosen:  # an empty session: report it as it is (it says "no data")
+        reports = [build_report(session, args.price_per_gpu_hour)]
+    else:
+        reports = [build_report(session.for_run(run_id), args.price_per_gpu_hour) for run_id in chosen]
+    report = reports[0] if len(reports) == 1 else reports
     for kind, target in wanted:
         folder = Path(target) if kind == "csv" else Path(target).parent
         created: list[Path] = []
