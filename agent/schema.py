@@ -24,13 +24,41 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-SCHEMA_VERSION: Final[tuple[int, int]] = (1, 0)
-"""(major, minor). See the module docstring for what each part may change."""
+SCHEMA_VERSION: Final[tuple[int, int]] = (1, 1)
+"""(major, minor). See the module docstring for what each part may change. 1.1: ``Health.disconnects``."""
 
 AGENT_VERSION: Final[str] = "0.1.0"
 
 MAX_TEXT_CHARS: Final[int] = 16_384
 """Longest string accepted in any text field (error texts are truncated to this by the agent)."""
+
+# ---- Value limits (what a receiver accepts; ``agent.wire`` enforces them) -----------------------------------------
+# Every value must fit where it is kept: SQLite stores signed 64-bit integers, the reports put time points on one
+# axis. A message holding a value outside these limits is rejected whole (reason "range" / "limit").
+
+INT_MIN: Final[int] = -(2**63)
+INT_MAX: Final[int] = 2**63 - 1
+"""Integer fields (and sequence numbers) are signed 64-bit: what an SQLite INTEGER column holds."""
+
+MAX_RANK: Final[int] = 2**31 - 1
+"""Ranks, local ranks, node ranks, world sizes and GPU indices lie in ``0..MAX_RANK`` (c10d ranks are int32)."""
+
+RANK_FIELDS: Final[frozenset[str]] = frozenset({"rank", "local_rank", "node_rank", "world_size", "gpu_index"})
+
+MAX_ABS_SECONDS: Final[float] = 1e10
+"""Fields in seconds (``*_s``: time points and durations) must be finite and within +-1e10 s (year 2286). A
+non-finite *optional reading* that is not a time (``loss``, ``util_pct``, ``power_w``...) is kept as ``None``
+("no reading"): a NaN loss from a diverging training is a missing value, not a reason to lose the step's timing."""
+
+MAX_HELLO_RANKS: Final[int] = 4096
+"""``Hello.ranks`` lists at most this many ranks (a flat list of ints); one process drives a few replicas."""
+
+MAX_HELLO_DEVICES: Final[int] = 256
+"""``Hello.devices`` holds at most this many maps, each a flat map of at most ``MAX_DEVICE_KEYS`` string keys
+(``MAX_KEY_CHARS`` each) to ``None`` / bool / int / float / str values."""
+
+MAX_DEVICE_KEYS: Final[int] = 64
+MAX_KEY_CHARS: Final[int] = 256
 
 
 # ---- Enumerations (kept as plain strings on the wire) ------------------------------------------------------------
@@ -217,7 +245,13 @@ class Event:
 
 @dataclass(slots=True)
 class Health:
-    """The agent's own health: its queue and what it had to drop. Counters are cumulative since start."""
+    """The agent's own health: its queue and what it had to drop. Counters are cumulative since start.
+
+    ``disconnects`` (schema 1.1; ``None`` from older agents) counts established connections to the collector that
+    dropped. Messages in flight at a drop are lost without the agent knowing (PUSH has no acknowledgements), so
+    the collector accounts for them from sequence numbers: a gap, or at a newly started collector a "joined late"
+    range; this counter says why such a range exists.
+    """
 
     KIND: ClassVar[str] = "health"
     ts_s: float
@@ -228,6 +262,7 @@ class Health:
     sent_batches: int
     failed_batches: int
     last_seq: int
+    disconnects: int | None = None  # 1.1: times the connection to the collector dropped (cumulative)
 
 
 Record = Hello | Step | GpuSample | HostSample | Event | Health
@@ -293,8 +328,17 @@ __all__ = [
     "FIELDS",
     "FIELD_NAMES",
     "FRAMEWORKS",
+    "INT_MAX",
+    "INT_MIN",
     "KINDS",
+    "MAX_ABS_SECONDS",
+    "MAX_DEVICE_KEYS",
+    "MAX_HELLO_DEVICES",
+    "MAX_HELLO_RANKS",
+    "MAX_KEY_CHARS",
+    "MAX_RANK",
     "MAX_TEXT_CHARS",
+    "RANK_FIELDS",
     "RECORD_TYPES",
     "REQUIRED_COUNT",
     "SCHEMA_VERSION",

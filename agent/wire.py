@@ -5,12 +5,22 @@ A message is one msgpack map (the *envelope*)::
     {"v": [major, minor], "a": agent_id, "q": seq, "t": sent_s, "r": [[kind, [field values...]], ...]}
 
 ``seq`` counts messages per agent from 0 so a receiver sees gaps instead of guessing them. Field values are
-positional, in ``agent.schema.FIELDS`` order (see the version rule there). This module owns no sockets and never
-raises anything but ``WireError`` from ``decode``; it must stay importable without zmq, torch, tensorflow or Qt.
+positional, in ``agent.schema.FIELDS`` order (see the version rule there).
+
+Validation judges values, not only types, so that whatever is accepted can be stored and shown: integers fit in
+signed 64 bits (ranks in ``0..MAX_RANK``), seconds are finite and within ``MAX_ABS_SECONDS``, text is ``str`` (never
+bytes) of bounded length, ``Hello.ranks`` is a flat list of ints and ``Hello.devices`` a list of flat maps with
+``str`` keys and scalar values, and nothing is nested or longer than the limits in ``agent.schema``. A non-finite
+optional reading that is not a time (a NaN ``loss``) becomes ``None``. See ``REASONS`` for the rejection codes.
+
+This module owns no sockets and never raises anything but ``WireError`` from ``decode`` (its own error texts are
+built without recursion, so deeply nested input cannot break them); it must stay importable without zmq, torch,
+tensorflow or Qt.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -20,22 +30,61 @@ import msgpack
 
 from agent.schema import (
     FIELDS,
+    INT_MAX,
+    INT_MIN,
     KINDS,
+    MAX_ABS_SECONDS,
+    MAX_DEVICE_KEYS,
+    MAX_HELLO_DEVICES,
+    MAX_HELLO_RANKS,
+    MAX_KEY_CHARS,
+    MAX_RANK,
     MAX_TEXT_CHARS,
+    RANK_FIELDS,
     REQUIRED_COUNT,
     SCHEMA_VERSION,
+    FieldSpec,
+    Hello,
     Record,
 )
 
 MAX_MESSAGE_BYTES: Final[int] = 4 * 1024 * 1024
 """Largest message a receiver accepts; larger ones are rejected (and counted) without being decoded."""
 
+MAX_RECORDS_PER_MESSAGE: Final[int] = 8192
+"""Most records in one message (the publisher sends at most ``batch_max``, 512 by default)."""
+
+REASONS: Final[dict[str, str]] = {
+    "oversized": f"the message is larger than {MAX_MESSAGE_BYTES} bytes",
+    "malformed": "not a msgpack envelope of this format (garbage, truncated, a sequence number or send time out of "
+                 "range, or not a Ringscope agent)",
+    "version": "another major schema version",
+    "type": "a field holds the wrong type (e.g. bytes where text is expected, a nested list where an int is)",
+    "range": "a value outside what can be stored: an integer beyond 64 bits, a rank outside 0..2^31-1, a time "
+             "that is not finite or beyond 1e10 s",
+    "limit": "too many records, ranks, devices or characters, or nesting deeper than the format allows",
+}
+"""The stable short codes of ``WireError.reason`` (the collector adds its own for caps and unknown kinds)."""
+
+# An upper estimate of what a decoded message holds in memory beyond its own bytes, measured with tracemalloc on
+# CPython 3.11: a Step holds ~230 B, an int above 256 in Hello.ranks ~40 B, a device map entry ~57 B.
+RECORD_MEMORY_BYTES: Final[int] = 320
+ITEM_MEMORY_BYTES: Final[int] = 64
+
 _GETTERS: Final = {kind: attrgetter(*(f.name for f in specs)) for kind, specs in FIELDS.items()}
 _FIELD_COUNT: Final = {kind: len(specs) for kind, specs in FIELDS.items()}
+_SHOW_CHARS: Final[int] = 40
+_UNPACK_LIMITS: Final[dict[str, int]] = {
+    "max_array_len": max(MAX_RECORDS_PER_MESSAGE, MAX_HELLO_RANKS, MAX_HELLO_DEVICES),
+    "max_map_len": max(MAX_DEVICE_KEYS, 16),
+    "max_str_len": 4 * MAX_TEXT_CHARS,  # bytes of UTF-8; the character limit is checked per field
+    "max_bin_len": 4 * MAX_TEXT_CHARS,  # bin is never valid; small ones get through to be named in the error
+    "max_ext_len": 4 * MAX_TEXT_CHARS,
+}
 
 
 class WireError(ValueError):
-    """A received message that cannot be accepted. ``reason`` is a short stable code for counting."""
+    """A received message that cannot be accepted. ``reason`` is a short stable code (``REASONS``) for counting."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
@@ -47,7 +96,9 @@ class WireError(ValueError):
 class Batch:
     """One decoded, validated message: who sent it, its sequence number, and its records.
 
-    ``skipped`` counts records of unknown kinds (from a newer minor version) that were left out.
+    ``skipped`` counts records of unknown kinds (from a newer minor version) that were left out. ``size_bytes`` is
+    the message's size on the wire; ``memory_bytes`` an upper estimate of what the decoded batch holds in memory
+    (what receivers bound their queues by).
     """
 
     agent_id: str
@@ -56,6 +107,8 @@ class Batch:
     version: tuple[int, int]
     records: list[Record]
     skipped: int = 0
+    size_bytes: int = 0
+    memory_bytes: int = 0
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -70,95 +123,20 @@ def encode(agent_id: str, seq: int, sent_s: float, records: Iterable[Record]) ->
 
 def decode(data: bytes | memoryview) -> Batch:
     """Unpack and validate one message. Raises ``WireError`` (never anything else) when it is not acceptable."""
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise WireError("oversized", f"{len(data)} bytes > limit {MAX_MESSAGE_BYTES}")
     try:
-        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:  # msgpack raises several unrelated types for garbage input
-        raise WireError("malformed", f"not a msgpack message ({type(exc).__name__}: {exc})") from None
-    if not isinstance(envelope, dict):
-        raise WireError("malformed", f"envelope is a {type(envelope).__name__}, expected a map")
-    version = _check_version(envelope.get("v"))
-    agent_id = envelope.get("a")
-    seq = envelope.get("q")
-    sent_s = envelope.get("t")
-    body = envelope.get("r")
-    if not isinstance(agent_id, str) or not agent_id or len(agent_id) > 256:
-        raise WireError("malformed", f"agent id must be a non-empty string, got {agent_id!r:.80}")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise WireError("malformed", f"sequence number must be a non-negative integer, got {seq!r:.80}")
-    if not isinstance(sent_s, (int, float)) or isinstance(sent_s, bool):
-        raise WireError("malformed", f"send time must be a number, got {sent_s!r:.80}")
-    if not isinstance(body, list):
-        raise WireError("malformed", f"records must be a list, got {type(body).__name__}")
-    records: list[Record] = []
-    skipped = 0
-    for index, item in enumerate(body):
-        record = _decode_record(index, item)
-        if record is None:
-            skipped += 1
-        else:
-            records.append(record)
-    return Batch(agent_id, seq, float(sent_s), version, records, skipped)
+        return _decode(data)
+    except WireError:
+        raise
+    except Exception as exc:  # a bug here must cost one message, never the receiver: say what happened
+        raise WireError("malformed", f"the message could not be judged ({type(exc).__name__}); it was dropped "
+                                     "— please report this with the message if it came from a Ringscope agent"
+                        ) from None
 
 
 def record_values(record: Record) -> tuple[Any, ...]:
     """A record's field values in schema order (for recorders and tables)."""
     values = _GETTERS[record.KIND](record)
     return values if isinstance(values, tuple) else (values,)
-
-
-# ---- Validation --------------------------------------------------------------------------------------------------
-
-
-def _check_version(raw: Any) -> tuple[int, int]:
-    if (
-        not isinstance(raw, list)
-        or len(raw) != 2
-        or not all(isinstance(part, int) and not isinstance(part, bool) for part in raw)
-    ):
-        raise WireError("malformed", f"schema version must be [major, minor], got {raw!r:.80}")
-    major, minor = raw
-    if major != SCHEMA_VERSION[0]:
-        raise WireError(
-            "version",
-            f"message uses schema {major}.{minor} but this collector speaks {SCHEMA_VERSION[0]}.x; "
-            "run the same major Ringscope version in the agents and the app",
-        )
-    return major, minor
-
-
-def _decode_record(index: int, item: Any) -> Record | None:
-    if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
-        raise WireError("malformed", f"record {index} must be [kind, [values]], got {item!r:.80}")
-    kind, values = item
-    cls = KINDS.get(kind)
-    if cls is None:
-        return None  # a newer minor version's record kind: skip, counted by the caller
-    if not isinstance(values, list):
-        raise WireError("malformed", f"record {index} ({kind}) values must be a list")
-    specs = FIELDS[kind]
-    count = _FIELD_COUNT[kind]
-    if len(values) < REQUIRED_COUNT[kind]:
-        raise WireError(
-            "malformed", f"record {index} ({kind}) has {len(values)} values, needs at least {REQUIRED_COUNT[kind]}"
-        )
-    if len(values) > count:
-        values = values[:count]  # trailing fields from a newer minor version
-    for spec, value in zip(specs, values, strict=False):
-        if value is None:
-            if not spec.optional:
-                raise WireError("type", f"record {index} ({kind}) field {spec.name} must not be null")
-            continue
-        if not isinstance(value, spec.types) or (isinstance(value, bool) and bool not in spec.types):
-            raise WireError(
-                "type",
-                f"record {index} ({kind}) field {spec.name} must be "
-                f"{'/'.join(t.__name__ for t in spec.types)}, got {type(value).__name__} {value!r:.40}",
-            )
-        if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
-            raise WireError("type", f"record {index} ({kind}) field {spec.name} longer than {MAX_TEXT_CHARS}")
-    return cls(*values)  # type: ignore[no-any-return]
 
 
 def encode_raw(envelope: dict[str, Any]) -> bytes:
@@ -169,3 +147,259 @@ def encode_raw(envelope: dict[str, Any]) -> bytes:
 def values_of(records: Sequence[Record]) -> list[tuple[Any, ...]]:
     """Field-value tuples of many records of one kind (for batched SQL inserts)."""
     return [record_values(r) for r in records]
+
+
+# ---- Envelope ----------------------------------------------------------------------------------------------------
+
+
+def _decode(data: bytes | memoryview) -> Batch:
+    size = len(data)
+    if size > MAX_MESSAGE_BYTES:
+        raise WireError("oversized", f"{size} bytes > limit {MAX_MESSAGE_BYTES}; agents split larger batches")
+    try:
+        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True, ext_hook=_no_ext,
+                                   **_UNPACK_LIMITS)
+    except WireError:
+        raise
+    except msgpack.StackError:
+        raise WireError("limit", "nested deeper than msgpack's limit (~1000 levels); the format nests 4 deep"
+                        ) from None
+    except ValueError as exc:
+        if "exceeds max_" in str(exc):
+            raise WireError("limit", f"a list, map or string is longer than the format allows ({_clip(str(exc))}; "
+                                     f"at most {MAX_RECORDS_PER_MESSAGE} records per message)") from None
+        raise WireError("malformed", f"not a msgpack message ({type(exc).__name__}: {_clip(str(exc))})") from None
+    except Exception as exc:  # msgpack raises several unrelated types for garbage input
+        raise WireError("malformed", f"not a msgpack message ({type(exc).__name__}: {_clip(str(exc))})") from None
+    if type(envelope) is not dict:
+        raise WireError("malformed", f"envelope is {_show(envelope)}, expected a map")
+    version = _check_version(envelope.get("v"))
+    agent_id = envelope.get("a")
+    seq = envelope.get("q")
+    sent_s = envelope.get("t")
+    body = envelope.get("r")
+    if type(agent_id) is not str or not agent_id or len(agent_id) > 256:
+        raise WireError("malformed", f"agent id must be a string of 1..256 characters, got {_show(agent_id)}")
+    # Envelope values are part of the format: whatever is wrong with them is "malformed".
+    if type(seq) is not int or not 0 <= seq <= INT_MAX:
+        raise WireError("malformed", f"sequence number must be an integer within 0..2^63-1, got {_show(seq)}")
+    if type(sent_s) is int:
+        sent_s = float(sent_s)
+    if type(sent_s) is not float or not -MAX_ABS_SECONDS <= sent_s <= MAX_ABS_SECONDS:
+        raise WireError("malformed", f"send time must be finite seconds within +-{MAX_ABS_SECONDS:g}, got "
+                                     f"{_show(sent_s)}")
+    if type(body) is not list:
+        raise WireError("malformed", f"records must be a list, got {_show(body)}")
+    if len(body) > MAX_RECORDS_PER_MESSAGE:
+        raise WireError("limit", f"{len(body)} records in one message > limit {MAX_RECORDS_PER_MESSAGE}")
+    records: list[Record] = []
+    skipped = 0
+    items = 0
+    for index, item in enumerate(body):
+        record = _decode_record(index, item)
+        if record is None:
+            skipped += 1
+            continue
+        records.append(record)
+        if isinstance(record, Hello):
+            items += len(record.ranks) + sum(len(device) for device in record.devices)
+    memory = size + RECORD_MEMORY_BYTES * len(body) + ITEM_MEMORY_BYTES * items
+    return Batch(agent_id, seq, sent_s, version, records, skipped, size, memory)
+
+
+def _check_version(raw: Any) -> tuple[int, int]:
+    if type(raw) is not list or len(raw) != 2 or not all(type(part) is int and 0 <= part <= 65535 for part in raw):
+        raise WireError("malformed", f"schema version must be [major, minor] (0..65535), got {_show(raw)}")
+    major, minor = raw
+    if major != SCHEMA_VERSION[0]:
+        raise WireError(
+            "version",
+            f"message uses schema {major}.{minor} but this collector speaks {SCHEMA_VERSION[0]}.x; "
+            "run the same major Ringscope version in the agents and the app",
+        )
+    return major, minor
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise WireError("type", f"msgpack extension type {code} ({len(data)} bytes) is not part of the format")
+
+
+# ---- Records -----------------------------------------------------------------------------------------------------
+
+# How each field's value is judged, derived once from the schema (see ``_rule``).
+_INT, _RANK, _SECONDS, _READING, _TEXT, _BOOL, _RANKS, _DEVICES = range(8)
+_RULE_WORDS: Final = {
+    _INT: "an integer", _RANK: "an integer", _SECONDS: "a number of seconds", _READING: "a number",
+    _TEXT: "text (a msgpack str)", _BOOL: "true or false", _RANKS: "a flat list of ranks (ints)",
+    _DEVICES: "a list of flat maps",
+}
+
+
+def _rule(kind: str, spec: FieldSpec) -> int:
+    """The rule for one field: by its type, and for numbers by its name (units are in names)."""
+    if list in spec.types:
+        rules = {"ranks": _RANKS, "devices": _DEVICES}
+        if spec.name not in rules:  # a new list field needs a rule here before it can be received
+            raise TypeError(f"agent.wire has no validation rule for list field {kind}.{spec.name}")
+        return rules[spec.name]
+    if float in spec.types:
+        return _SECONDS if spec.name.endswith("_s") else _READING
+    if bool in spec.types:
+        return _BOOL
+    if int in spec.types:
+        return _RANK if spec.name in RANK_FIELDS else _INT
+    return _TEXT
+
+
+_RULES: Final[dict[str, tuple[tuple[str, int, bool], ...]]] = {
+    kind: tuple((spec.name, _rule(kind, spec), spec.optional) for spec in specs) for kind, specs in FIELDS.items()
+}
+
+
+def _decode_record(index: int, item: Any) -> Record | None:
+    if type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+        raise WireError("malformed", f"record {index} must be [kind, [values]], got {_show(item)}")
+    kind, values = item
+    cls = KINDS.get(kind)
+    if cls is None:
+        return None  # a newer minor version's record kind: skip, counted by the caller
+    if type(values) is not list:
+        raise WireError("malformed", f"record {index} ({kind}) values must be a list, got {_show(values)}")
+    count = _FIELD_COUNT[kind]
+    if len(values) < REQUIRED_COUNT[kind]:
+        raise WireError(
+            "malformed", f"record {index} ({kind}) has {len(values)} values, needs at least {REQUIRED_COUNT[kind]}"
+        )
+    if len(values) > count:
+        del values[count:]  # trailing fields from a newer minor version
+    rules = _RULES[kind]
+    for position, value in enumerate(values):
+        name, rule, optional = rules[position]
+        if value is None:
+            if not optional:
+                raise WireError("type", f"record {index} ({kind}) field {name} must not be null")
+            continue
+        value_type = type(value)
+        if rule == _SECONDS:
+            if value_type is not float:
+                if value_type is not int:
+                    raise _wrong_type(index, kind, name, rule, value)
+                value = values[position] = float(value)  # SQLite cannot bind ints beyond 64 bits as REAL
+            if not -MAX_ABS_SECONDS <= value <= MAX_ABS_SECONDS:  # False for NaN too
+                raise WireError("range", f"record {index} ({kind}) field {name} must be finite seconds within "
+                                         f"+-{MAX_ABS_SECONDS:g}, got {_show(value)}")
+        elif rule == _READING:
+            if value_type is not float:
+                if value_type is not int:
+                    raise _wrong_type(index, kind, name, rule, value)
+                value = values[position] = float(value)
+            if not math.isfinite(value):
+                if not optional:
+                    raise WireError("range", f"record {index} ({kind}) field {name} must be finite, got "
+                                             f"{_show(value)}")
+                values[position] = None  # a non-finite reading is no reading (see agent.schema.MAX_ABS_SECONDS)
+        elif rule == _INT:
+            if value_type is not int:
+                raise _wrong_type(index, kind, name, rule, value)
+            if not INT_MIN <= value <= INT_MAX:
+                raise WireError("range", f"record {index} ({kind}) field {name} must fit in 64 signed bits, got "
+                                         f"{_show(value)}")
+        elif rule == _RANK:
+            if value_type is not int:
+                raise _wrong_type(index, kind, name, rule, value)
+            if not 0 <= value <= MAX_RANK:
+                raise WireError("range", f"record {index} ({kind}) field {name} must be within 0..{MAX_RANK}, "
+                                         f"got {_show(value)}")
+        elif rule == _TEXT:
+            if value_type is not str:
+                raise _wrong_type(index, kind, name, rule, value)
+            if len(value) > MAX_TEXT_CHARS:
+                raise WireError("limit", f"record {index} ({kind}) field {name} has {len(value)} characters > "
+                                         f"limit {MAX_TEXT_CHARS}")
+        elif rule == _BOOL:
+            if value_type is not bool:
+                raise _wrong_type(index, kind, name, rule, value)
+        elif rule == _RANKS:
+            _check_ranks(index, kind, name, value)
+        else:
+            _check_devices(index, kind, name, value)
+    return cls(*values)  # type: ignore[no-any-return]
+
+
+def _check_ranks(index: int, kind: str, name: str, value: Any) -> None:
+    if type(value) is not list:
+        raise _wrong_type(index, kind, name, _RANKS, value)
+    if len(value) > MAX_HELLO_RANKS:
+        raise WireError("limit", f"record {index} ({kind}) field {name} lists {len(value)} ranks > limit "
+                                 f"{MAX_HELLO_RANKS} per agent")
+    for rank in value:
+        if type(rank) is not int:
+            raise WireError("type", f"record {index} ({kind}) field {name} must be a flat list of ints, holds "
+                                    f"{_show(rank)}")
+        if not 0 <= rank <= MAX_RANK:
+            raise WireError("range", f"record {index} ({kind}) field {name} holds rank {_show(rank)} outside "
+                                     f"0..{MAX_RANK}")
+
+
+_DEVICE_SCALARS: Final = (str, int, float, bool)
+
+
+def _check_devices(index: int, kind: str, name: str, value: Any) -> None:
+    if type(value) is not list:
+        raise _wrong_type(index, kind, name, _DEVICES, value)
+    if len(value) > MAX_HELLO_DEVICES:
+        raise WireError("limit", f"record {index} ({kind}) field {name} lists {len(value)} devices > limit "
+                                 f"{MAX_HELLO_DEVICES}")
+    where = f"record {index} ({kind}) field {name}"
+    for device in value:
+        if type(device) is not dict:
+            raise WireError("type", f"{where} must hold maps, holds {_show(device)}")
+        if len(device) > MAX_DEVICE_KEYS:
+            raise WireError("limit", f"{where} holds a map of {len(device)} keys > limit {MAX_DEVICE_KEYS}")
+        for key, item in device.items():
+            if type(key) is not str:
+                raise WireError("type", f"{where} has a map key that is not text: {_show(key)}")
+            if not key or len(key) > MAX_KEY_CHARS:
+                raise WireError("limit", f"{where} has a key of {len(key)} characters (1..{MAX_KEY_CHARS})")
+            item_type = type(item)
+            if item is None or item_type is bool:
+                continue
+            entry = f"{where}[{key[:_SHOW_CHARS]!r}]"
+            if item_type not in _DEVICE_SCALARS:
+                raise WireError("type", f"{entry} must be null, a number or text, got {_show(item)}")
+            if item_type is int and not INT_MIN <= item <= INT_MAX:
+                raise WireError("range", f"{entry} must fit in 64 signed bits, got {_show(item)}")
+            if item_type is float and not math.isfinite(item):
+                device[key] = None  # a non-finite reading is no reading, as for record fields
+            if item_type is str and len(item) > MAX_TEXT_CHARS:
+                raise WireError("limit", f"{entry} has {len(item)} characters > {MAX_TEXT_CHARS}")
+
+
+def _wrong_type(index: int, kind: str, name: str, rule: int, value: Any) -> WireError:
+    return WireError("type", f"record {index} ({kind}) field {name} must be {_RULE_WORDS[rule]}, got "
+                             f"{_show(value)}")
+
+
+# ---- Error texts -------------------------------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    """A short description of a received value for an error text: bounded length, no recursion, escaped."""
+    value_type = type(value)
+    if value is None or value_type in (bool, float):
+        return repr(value)
+    if value_type is int:
+        return repr(value) if abs(value) < 10**30 else f"an integer of {value.bit_length()} bits"
+    if value_type in (str, bytes):
+        more = f"... ({len(value)} long)" if len(value) > _SHOW_CHARS else ""
+        return f"{value_type.__name__} {value[:_SHOW_CHARS]!r}{more}"
+    if value_type is list:
+        return f"a list of {len(value)} item(s)"
+    if value_type is dict:
+        return f"a map of {len(value)} key(s)"
+    return f"a {value_type.__name__}"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 200 else text[:200] + "..."
+
