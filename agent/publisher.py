@@ -1,12 +1,15 @@
 """The agent's background sender: a bounded queue the training thread puts into, and one thread that sends.
 
-What it owns: one ZeroMQ PUSH socket (connected, never bound, so many agents can reach one collector), one
-daemon thread, a bounded ``deque``, sequence numbers and drop counters.
+What it owns: one ZeroMQ PUSH socket (connected, never bound, so many agents can reach one collector) and its
+monitor, one daemon thread, a bounded ``deque``, one pending ``Hello`` and one pending ``Health`` (a newer one
+replaces an unsent older one, so they never grow the queue), sequence numbers and drop counters.
 
 What it must never do: block, raise into, or do I/O on the caller's thread. ``put`` is an O(1) append or a counted
 drop. Sends are ``NOBLOCK``; while the socket's high-water mark is reached (collector slow or absent) records wait
 in the bounded queue and what does not fit is dropped and counted; the counts travel in the next ``Health`` record
-so the app can show them.
+so the app can show them. A batch whose message would exceed ``wire.MAX_MESSAGE_BYTES`` is split, never sent to be
+rejected. Connections that drop are counted (``Health.disconnects``): what was in flight then is lost without
+acknowledgement, and the collector sees it in the sequence numbers.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import zmq
+from zmq.utils import monitor as zmq_monitor
 
 from agent import wire
 from agent.keys import AgentKeys
@@ -45,6 +49,7 @@ class PublisherStats:
     sent_batches: int
     failed_batches: int
     last_seq: int
+    disconnects: int = 0
 
 
 class Publisher:
@@ -55,8 +60,10 @@ class Publisher:
         agent_id: unique id of this agent (goes in every message).
         hello: called on the sender thread to get the identity record, sent first and every ``hello_interval_s``
             so that a collector started later still learns who this agent is.
-        queue_capacity: records held before ``put`` starts dropping (and counting) new ones.
-        batch_max: most records per message.
+        queue_capacity: records held before ``put`` starts dropping (and counting) new ones (the pending Hello and
+            Health are kept apart: at most one of each).
+        batch_max: most records per message (at most ``wire.MAX_RECORDS_PER_MESSAGE`` - 2, leaving room for the
+            Hello and Health).
         flush_interval_s: how long records may wait before being sent; an unclean exit loses at most this much.
         send_hwm: messages ZeroMQ may buffer per connection before sends fail (and are counted as drops).
         keys: CURVE keys of a collector that requires authentication (``agent.keys``); None: plaintext.
@@ -76,10 +83,10 @@ class Publisher:
         health_interval_s: float = 1.0,
         keys: AgentKeys | None = None,
     ) -> None:
-        if queue_capacity < 1 or batch_max < 1 or flush_interval_s <= 0:
+        if queue_capacity < 1 or not 1 <= batch_max <= wire.MAX_RECORDS_PER_MESSAGE - 2 or flush_interval_s <= 0:
             raise ValueError(
-                f"queue_capacity ({queue_capacity}) and batch_max ({batch_max}) must be >= 1 and "
-                f"flush_interval_s ({flush_interval_s}) > 0"
+                f"queue_capacity ({queue_capacity}) must be >= 1, batch_max ({batch_max}) within "
+                f"1..{wire.MAX_RECORDS_PER_MESSAGE - 2} and flush_interval_s ({flush_interval_s}) > 0"
             )
         self.endpoint = endpoint
         self.agent_id = agent_id
@@ -92,6 +99,11 @@ class Publisher:
         self._health_interval_s = health_interval_s
         self._keys = keys
         self._queue: deque[Record] = deque()
+        # Re-sent periodically; a newer one replaces one that could not be sent yet (kept out of the bounded queue).
+        self._pending_hello: Hello | None = None
+        self._pending_health: Health | None = None
+        self._disconnects = 0
+        self._warned_too_large = False
         self._dropped = 0  # written by producers (queue full) and the sender (failed sends)
         self._sent_records = 0
         self._sent_batches = 0
@@ -144,6 +156,7 @@ class Publisher:
             sent_batches=self._sent_batches,
             failed_batches=self._failed_batches,
             last_seq=self._seq - 1,
+            disconnects=self._disconnects,
         )
 
     # ---- Sender thread -------------------------------------------------------------------------------------------
@@ -167,17 +180,19 @@ class Publisher:
             socket.close(0)
             context.term()
             return
+        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         next_hello = 0.0
         next_health = time.monotonic() + self._health_interval_s
         try:
             while True:
                 stopping = self._stop.wait(self._flush_interval_s)
                 now = time.monotonic()
+                self._count_disconnects(monitor)
                 if self._hello is not None and now >= next_hello:
-                    self._queue.appendleft(self._hello())
+                    self._pending_hello = self._hello()
                     next_hello = now + self._hello_interval_s
                 if stopping or now >= next_health:
-                    self._queue.append(self._health())
+                    self._pending_health = self._health()
                     next_health = now + self._health_interval_s
                 self._drain(socket)
                 if stopping:
@@ -192,37 +207,76 @@ class Publisher:
             # exception") — the training's exit code must never depend on telemetry.
             connected = bool(socket.poll(0, zmq.POLLOUT))
             socket.setsockopt(zmq.LINGER, 1000 if connected else 0)
+            socket.disable_monitor()
+            monitor.close(0)
             socket.close()
             context.term()
 
     def _flush_before_close(self, socket: zmq.Socket) -> None:
         """At close, give a collector that is (re)connecting a bounded moment to take what is still queued."""
         deadline = time.monotonic() + CLOSE_FLUSH_S
-        while self._queue and time.monotonic() < deadline:
+        while self._has_pending() and time.monotonic() < deadline:
             if socket.poll(20, zmq.POLLOUT):
                 self._drain(socket)
-        self._dropped += len(self._queue)  # nobody took them: counted, never silently lost
+        # nobody took them: counted, never silently lost
+        self._dropped += len(self._queue) + (self._pending_hello is not None) + (self._pending_health is not None)
         self._queue.clear()
+        self._pending_hello = self._pending_health = None
+
+    def _has_pending(self) -> bool:
+        return bool(self._queue) or self._pending_hello is not None or self._pending_health is not None
 
     def _drain(self, socket: zmq.Socket) -> None:
         queue = self._queue
-        while queue:
+        while self._has_pending():
             # Encoding a batch only to have ZeroMQ refuse it wastes CPU (and the GIL) in the training process
             # whenever the collector is absent or slow; leave the records queued instead: the bounded queue then
             # counts the drops in put(), and a collector that catches up still gets them.
             if not socket.poll(0, zmq.POLLOUT):
                 break
-            batch = [queue.popleft() for _ in range(min(self._batch_max, len(queue)))]
-            payload = wire.encode(self.agent_id, self._seq, time.time(), batch)
-            self._seq += 1  # consumed even when the send fails, so the receiver sees the gap
+            batch: list[Record] = []
+            if self._pending_hello is not None:  # identity first, so a new collector knows who is speaking
+                batch.append(self._pending_hello)
+                self._pending_hello = None
+            batch.extend(queue.popleft() for _ in range(min(self._batch_max, len(queue))))
+            if not queue and self._pending_health is not None:
+                batch.append(self._pending_health)
+                self._pending_health = None
+            self._send(socket, batch)
+
+    def _send(self, socket: zmq.Socket, batch: list[Record]) -> None:
+        """Send one batch as one message, or as several when it would exceed the collector's size limit."""
+        payload = wire.encode(self.agent_id, self._seq, time.time(), batch)
+        if len(payload) > wire.MAX_MESSAGE_BYTES:
+            if len(batch) > 1:
+                half = len(batch) // 2
+                self._send(socket, batch[:half])
+                self._send(socket, batch[half:])
+                return
+            self._dropped += 1
+            if not self._warned_too_large:
+                self._warned_too_large = True
+                log.warning("ringscope: a %s record of %d bytes exceeds the message limit (%d bytes) and was "
+                            "dropped; shorten its text fields", batch[0].KIND, len(payload), wire.MAX_MESSAGE_BYTES)
+            return
+        self._seq += 1  # consumed even when the send fails, so the receiver sees the gap
+        try:
+            socket.send(payload, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self._failed_batches += 1
+            self._dropped += len(batch)
+            return
+        self._sent_batches += 1
+        self._sent_records += len(batch)
+
+    def _count_disconnects(self, monitor: zmq.Socket) -> None:
+        while True:
             try:
-                socket.send(payload, zmq.NOBLOCK, copy=False)
+                event = zmq_monitor.recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
-                self._failed_batches += 1
-                self._dropped += len(batch)
-                continue
-            self._sent_batches += 1
-            self._sent_records += len(batch)
+                return
+            if event.get("event") == zmq.EVENT_DISCONNECTED:
+                self._disconnects += 1
 
     def _health(self) -> Health:
         return Health(
@@ -234,4 +288,5 @@ class Publisher:
             sent_batches=self._sent_batches,
             failed_batches=self._failed_batches,
             last_seq=self._seq - 1,
+            disconnects=self._disconnects,
         )

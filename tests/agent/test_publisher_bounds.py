@@ -1,0 +1,119 @@
+"""The publisher's bounds over real sockets: Hello/Health never grow its queue, batches too large for one message are
+split, and connections that drop are counted in Health."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from agent import wire
+from agent.publisher import Publisher
+from agent.schema import MAX_TEXT_CHARS, Event, Health, Hello, Step
+from tests.agent import hostile
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    ctx = zmq.Context()
+    yield ctx
+    ctx.term()
+
+
+def _pull(context: zmq.Context, port: int) -> zmq.Socket:
+    pull = context.socket(zmq.PULL)
+    pull.setsockopt(zmq.LINGER, 0)
+    pull.bind(f"tcp://127.0.0.1:{port}")
+    return pull
+
+
+def _receive(pull: zmq.Socket, until, timeout_s: float = 10.0) -> list[wire.Batch]:
+    batches: list[wire.Batch] = []
+    deadline = time.monotonic() + timeout_s
+    while not until(batches) and time.monotonic() < deadline:
+        if pull.poll(50):
+            batches.append(wire.decode(pull.recv()))
+    return batches
+
+
+def test_hello_and_health_never_grow_the_queue_beyond_its_capacity(context: zmq.Context) -> None:
+    port = _free_port()
+    identity = hostile.hello("bounded")
+    publisher = Publisher(f"tcp://127.0.0.1:{port}", "bounded", hello=lambda: identity, queue_capacity=1000,
+                          flush_interval_s=0.005, hello_interval_s=0.01, health_interval_s=0.01).start()
+    pull = None
+    try:
+        for i in range(1000):
+            publisher.put(Step(0, i, 1.0, 2.0, 1.0))
+        most = 0
+        deadline = time.monotonic() + 1.5  # ~150 Hello and Health records made while nobody listens
+        while time.monotonic() < deadline:
+            most = max(most, publisher.stats.queued)
+            time.sleep(0.005)
+        assert most == 1000 and publisher.stats.dropped_records == 0
+        pull = _pull(context, port)
+        batches = _receive(pull, lambda got: sum(isinstance(r, Step) for b in got for r in b.records) >= 1000)
+    finally:
+        publisher.close()
+        if pull is not None:
+            pull.close(0)
+    records = [r for b in batches for r in b.records]
+    assert isinstance(records[0], Hello)  # identity first, so a new collector knows who speaks
+    assert [r.step for r in records if isinstance(r, Step)] == list(range(1000))
+    assert [b.seq for b in batches] == list(range(len(batches)))
+
+
+def test_a_batch_too_large_for_one_message_is_split_not_rejected(context: zmq.Context) -> None:
+    port = _free_port()
+    pull = _pull(context, port)
+    publisher = Publisher(f"tcp://127.0.0.1:{port}", "big", batch_max=512, flush_interval_s=0.2).start()
+    try:
+        text = "x" * (MAX_TEXT_CHARS - 10)
+        for i in range(400):  # 400 x 16 KB = 6.5 MB in one flush: more than one message may hold
+            publisher.put(Event(1.0, "warning", step=i, text=text))
+        batches = _receive(pull, lambda got: sum(len(b.records) for b in got) >= 400)
+    finally:
+        publisher.close()
+        pull.close(0)
+    assert len(batches) >= 2 and all(b.size_bytes <= wire.MAX_MESSAGE_BYTES for b in batches)
+    assert [r.step for b in batches for r in b.records if isinstance(r, Event)] == list(range(400))
+    assert [b.seq for b in batches] == list(range(len(batches))) and publisher.stats.dropped_records == 0
+
+
+def test_a_dropped_connection_is_counted_in_health(context: zmq.Context) -> None:
+    port = _free_port()
+    first = _pull(context, port)
+    publisher = Publisher(f"tcp://127.0.0.1:{port}", "flaky", flush_interval_s=0.01, health_interval_s=0.05).start()
+    second = None
+    try:
+        publisher.put(Step(0, 0, 1.0, 2.0, 1.0))
+        assert _receive(first, lambda got: any(isinstance(r, Step) for b in got for r in b.records))
+        first.close(0)  # the collector goes away
+        deadline = time.monotonic() + 10
+        while publisher.stats.disconnects == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second = _pull(context, port)  # and a new one listens on the same port
+        publisher.put(Step(0, 1, 1.0, 2.0, 1.0))
+        batches = _receive(second, lambda got: any(isinstance(r, Health) and r.disconnects for b in got
+                                                   for r in b.records))
+    finally:
+        publisher.close()
+        if second is not None:
+            second.close(0)
+    healths = [r for b in batches for r in b.records if isinstance(r, Health)]
+    assert healths and healths[-1].disconnects == 1
+    assert batches[0].seq > 0  # what the new collector will record as "joined late"
+
+
+def test_batch_max_beyond_the_message_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="batch_max"):
+        Publisher("tcp://127.0.0.1:1", "x", batch_max=wire.MAX_RECORDS_PER_MESSAGE)
