@@ -56,13 +56,13 @@ MAX_RECORDS_PER_MESSAGE: Final[int] = 8192
 
 REASONS: Final[dict[str, str]] = {
     "oversized": f"the message is larger than {MAX_MESSAGE_BYTES} bytes",
-    "malformed": "not a msgpack envelope of this format (garbage, truncated, a sequence number or send time out of "
-                 "range, or not a Ringscope agent)",
+    "malformed": "not a msgpack envelope of this format (garbage, truncated, nested too deep, msgpack extension "
+                 "types, a sequence number or send time out of range, or not a Ringscope agent)",
     "version": "another major schema version",
     "type": "a field holds the wrong type (e.g. bytes where text is expected, a nested list where an int is)",
     "range": "a value outside what can be stored: an integer beyond 64 bits, a rank outside 0..2^31-1, a time "
              "that is not finite or beyond 1e10 s",
-    "limit": "too many records, ranks, devices or characters, or nesting deeper than the format allows",
+    "limit": "too many records, ranks, devices or characters in an otherwise well-formed message",
 }
 """The stable short codes of ``WireError.reason`` (the collector adds its own for caps and unknown kinds)."""
 
@@ -74,9 +74,12 @@ ITEM_MEMORY_BYTES: Final[int] = 64
 _GETTERS: Final = {kind: attrgetter(*(f.name for f in specs)) for kind, specs in FIELDS.items()}
 _FIELD_COUNT: Final = {kind: len(specs) for kind, specs in FIELDS.items()}
 _SHOW_CHARS: Final[int] = 40
+# What msgpack itself refuses before allocating: twice the format's limits, so that a message just over a limit is
+# judged by validation ("limit", naming the field) while a declared length no message could have (random bytes
+# often declare one) is "malformed", like any other garbage.
 _UNPACK_LIMITS: Final[dict[str, int]] = {
-    "max_array_len": max(MAX_RECORDS_PER_MESSAGE, MAX_HELLO_RANKS, MAX_HELLO_DEVICES),
-    "max_map_len": max(MAX_DEVICE_KEYS, 16),
+    "max_array_len": 2 * max(MAX_RECORDS_PER_MESSAGE, MAX_HELLO_RANKS, MAX_HELLO_DEVICES),
+    "max_map_len": 2 * max(MAX_DEVICE_KEYS, 16),
     "max_str_len": 4 * MAX_TEXT_CHARS,  # bytes of UTF-8; the character limit is checked per field
     "max_bin_len": 4 * MAX_TEXT_CHARS,  # bin is never valid; small ones get through to be named in the error
     "max_ext_len": 4 * MAX_TEXT_CHARS,
@@ -162,12 +165,12 @@ def _decode(data: bytes | memoryview) -> Batch:
     except WireError:
         raise
     except msgpack.StackError:
-        raise WireError("limit", "nested deeper than msgpack's limit (~1000 levels); the format nests 4 deep"
+        raise WireError("malformed", "nested deeper than msgpack's limit (~1000 levels); the format nests 4 deep"
                         ) from None
     except ValueError as exc:
         if "exceeds max_" in str(exc):
-            raise WireError("limit", f"a list, map or string is longer than the format allows ({_clip(str(exc))}; "
-                                     f"at most {MAX_RECORDS_PER_MESSAGE} records per message)") from None
+            raise WireError("malformed", f"declares a list, map or string longer than any message of this format "
+                                         f"({_clip(str(exc))})") from None
         raise WireError("malformed", f"not a msgpack message ({type(exc).__name__}: {_clip(str(exc))})") from None
     except Exception as exc:  # msgpack raises several unrelated types for garbage input
         raise WireError("malformed", f"not a msgpack message ({type(exc).__name__}: {_clip(str(exc))})") from None
@@ -221,7 +224,7 @@ def _check_version(raw: Any) -> tuple[int, int]:
 
 
 def _no_ext(code: int, data: bytes) -> Any:
-    raise WireError("type", f"msgpack extension type {code} ({len(data)} bytes) is not part of the format")
+    raise WireError("malformed", f"msgpack extension type {code} ({len(data)} bytes) is not part of the format")
 
 
 # ---- Records -----------------------------------------------------------------------------------------------------
