@@ -1,8 +1,14 @@
 """The app's ingest end: one ZeroMQ PULL socket that many agents connect to, validation, gaps, fan-out to sinks.
 
 What it owns: a ZeroMQ context and PULL socket (bound, default loopback only), one receive thread, per-agent
-sequence tracking and the ``IngestCounters``. Every message goes through ``agent.wire.decode``; what is accepted
-is handed to each ``IngestSink`` on the receive thread.
+sequence tracking, the session's caps (agents, ranks, run ids) and the ``IngestCounters``. Every message goes
+through ``agent.wire.decode``; what is accepted is handed to each ``IngestSink`` on the receive thread.
+
+Memory is bounded per connection: ZeroMQ queues at most ``RECEIVE_HWM`` messages of at most ``MAX_FRAME_BYTES``
+for each connected peer (then it stops reading that peer's TCP stream: a real agent keeps its records in its own
+bounded queue meanwhile), and what the collector keeps per agent is capped by ``max_agents`` / ``max_ranks`` /
+``max_run_ids``: a message that would exceed a cap is rejected and counted ("too_many_agents", ...). The caps hold
+for the whole session (a collector never forgets an agent, so a returning one is not mistaken for a new one).
 
 What it must never do: raise on bad input (bad messages are counted by reason, logged rate-limited and passed to
 ``on_rejection``), let one sink's exception stop the others, block indefinitely (the loop polls with a timeout so
@@ -12,6 +18,7 @@ What it must never do: raise on bad input (bad messages are counted by reason, l
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import resource
 import threading
@@ -26,7 +33,8 @@ from zmq.utils import monitor as zmq_monitor
 
 from agent import wire
 from agent.keys import CollectorKeys
-from gui.core.ingest.sink import Gap, IngestCounters, IngestSink, Rejection
+from agent.schema import Hello
+from gui.core.ingest.sink import JOINED_LATE, Gap, IngestCounters, IngestSink, Rejection
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,21 @@ DEFAULT_BIND: Final[str] = "tcp://127.0.0.1:5757"
 
 WANTED_OPEN_FILES: Final[int] = 4096
 """Soft open-file limit the collector asks for: 2x the 2048 agents we aim to serve (one TCP connection each)."""
+
+RECEIVE_HWM: Final[int] = 8
+"""Messages ZeroMQ queues per connected peer. An agent sends about one message per 50 ms flush; when the collector
+falls behind, the agent's socket stops being writable and its records wait (batched) in its own bounded queue, so
+a small number here loses nothing and bounds what one peer can make the collector hold."""
+
+MAX_FRAME_BYTES: Final[int] = 2 * wire.MAX_MESSAGE_BYTES
+"""ZeroMQ's MAXMSGSIZE. Messages up to this size are received and rejected as "oversized" by ``wire.decode``
+(counted); a larger one makes ZeroMQ drop the connection and what it had queued, which the agent's next message
+shows as a sequence gap. Agents split their batches below ``wire.MAX_MESSAGE_BYTES``."""
+
+MAX_AGENTS: Final[int] = 4096
+MAX_RANKS: Final[int] = 65_536
+MAX_RUN_IDS: Final[int] = 256
+"""Default caps per session: distinct agent ids, distinct ranks (in Hello.ranks and records), distinct run ids."""
 
 _POLL_MS: Final[int] = 100  # how long close() may wait for the loop to notice
 _DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-checking the stop flag
@@ -57,10 +80,12 @@ class Collector:
         keys: require CURVE (``agent.keys``): connections are encrypted and only agents holding
             ``keys.agent_keys.token`` get in. Failed handshakes are counted as rejected: "unauthenticated" with
             keys, "handshake" without (an agent holding a token at a collector that does not ask for one).
+        max_agents, max_ranks, max_run_ids: the session's caps (see the module docstring).
     """
 
     def __init__(self, bind: str = DEFAULT_BIND, sinks: Sequence[IngestSink] = (),
-                 keys: CollectorKeys | None = None) -> None:
+                 keys: CollectorKeys | None = None, *, max_agents: int = MAX_AGENTS, max_ranks: int = MAX_RANKS,
+                 max_run_ids: int = MAX_RUN_IDS) -> None:
         self._bind = bind
         self._keys = keys
         self._authenticator: ThreadAuthenticator | None = None
@@ -68,7 +93,10 @@ class Collector:
         self._sinks: tuple[IngestSink, ...] = tuple(sinks)
         self._lock = threading.Lock()  # guards _counters (written by the loop, copied by readers)
         self._counters = IngestCounters()
-        self._next_seq: dict[str, int] = {}
+        self._next_seq: dict[str, int] = {}  # per agent ever heard from: the sequence number expected next
+        self._ranks: set[int] = set()
+        self._run_ids: set[str] = set()
+        self._max_agents, self._max_ranks, self._max_run_ids = max_agents, max_ranks, max_run_ids
         self._context: zmq.Context | None = None
         self._socket: zmq.Socket | None = None
         self._endpoint = ""
@@ -93,11 +121,8 @@ class Collector:
         context = zmq.Context()
         socket = context.socket(zmq.PULL)
         socket.setsockopt(zmq.LINGER, 0)
-        # Large enough that bursts from 1000+ agents queue in ZeroMQ rather than in the agents (which would drop).
-        socket.setsockopt(zmq.RCVHWM, 100_000)
-        # Only a guard against absurd sizes: ZeroMQ silently disconnects a peer over MAXMSGSIZE, so the real
-        # limit (wire.MAX_MESSAGE_BYTES) is enforced by decode, where an oversized message is counted.
-        socket.setsockopt(zmq.MAXMSGSIZE, 16 * wire.MAX_MESSAGE_BYTES)
+        socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)  # per peer: see RECEIVE_HWM and MAX_FRAME_BYTES
+        socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         if self._keys is not None:
             self._secure(context, socket, self._keys)
         # Failed handshakes are invisible otherwise: count them (a wrong or missing token on a --secure collector,
@@ -115,6 +140,10 @@ class Collector:
         self._thread = threading.Thread(target=self._run, name="ringscope-collector", daemon=True)
         self._thread.start()
         log.info("collector listening on %s", self._endpoint)
+        if self._keys is None and not is_local_endpoint(self._bind):
+            log.warning("collector on %s accepts plaintext telemetry from anyone who can reach this address on the "
+                        "network; use --secure to admit only agents holding this machine's access token",
+                        self._endpoint)
         return self
 
     @property
@@ -235,6 +264,10 @@ class Collector:
         except wire.WireError as exc:
             self._reject(exc.reason, exc.detail, recv_s, size)
             return
+        refusal = self._admit(batch)
+        if refusal is not None:
+            self._reject(*refusal, recv_s, size)
+            return
         gap = self._track(batch.agent_id, batch.seq, recv_s)
         with self._lock:
             counters = self._counters
@@ -242,12 +275,19 @@ class Collector:
             counters.records += len(batch.records)
             counters.bytes += size
             counters.agents = len(self._next_seq)
-            if gap is not None:
+            if gap is not None and gap.kind == JOINED_LATE:
+                counters.joined_late += 1
+                counters.missing_before_join += gap.missing
+            elif gap is not None:
                 counters.gaps += 1
                 counters.missing_messages += gap.missing
             if batch.skipped:
                 counters.rejected["unknown_kind"] = counters.rejected.get("unknown_kind", 0) + 1
-        if gap is not None:
+        if gap is not None and gap.kind == JOINED_LATE:
+            self._warn("joined_late", f"agent {gap.agent_id} joined late: its messages 0..{gap.got_seq - 1} were "
+                                      "sent before this collector heard from it (to an earlier collector, or lost)")
+            self._fan_out("on_joined_late", gap)
+        elif gap is not None:
             self._warn("gap", f"agent {gap.agent_id} lost {gap.missing} message(s) (seq {gap.expected_seq}.."
                               f"{gap.got_seq - 1}); its queue was full or the network dropped them")
             self._fan_out("on_gap", gap)
@@ -258,12 +298,53 @@ class Collector:
                 recv_s, size))
         self._fan_out("on_batch", batch, recv_s)
 
+    def _admit(self, batch: wire.Batch) -> tuple[str, str] | None:
+        """Apply the session's caps; (reason, detail) when the message would exceed one, else remember what is new.
+
+        Checked before anything is remembered, so a refused message changes no state.
+        """
+        agent_id = batch.agent_id
+        if agent_id not in self._next_seq and len(self._next_seq) >= self._max_agents:
+            return "too_many_agents", (
+                f"agent {agent_id[:80]!r} would be agent {len(self._next_seq) + 1} of this session, which accepts "
+                f"at most {self._max_agents}; record further trainings into a new session file")
+        known_ranks = self._ranks
+        new_ranks: set[int] = set()
+        new_runs: set[str] = set()
+        for record in batch.records:
+            rank = getattr(record, "rank", None)
+            if rank is not None and rank not in known_ranks:
+                new_ranks.add(rank)
+            if isinstance(record, Hello):
+                new_ranks.update(r for r in record.ranks if r not in known_ranks)
+                if record.run_id not in self._run_ids:
+                    new_runs.add(record.run_id)
+        if len(known_ranks) + len(new_ranks) > self._max_ranks:
+            return "too_many_ranks", (
+                f"agent {agent_id[:80]!r} names {len(new_ranks)} new rank(s); this session already has "
+                f"{len(known_ranks)} and accepts at most {self._max_ranks}; record further trainings into a new "
+                "session file")
+        if len(self._run_ids) + len(new_runs) > self._max_run_ids:
+            return "too_many_runs", (
+                f"agent {agent_id[:80]!r} names run id(s) {sorted(new_runs)[:3]!r:.120}; this session already has "
+                f"{len(self._run_ids)} and accepts at most {self._max_run_ids}; record further trainings into a "
+                "new session file")
+        known_ranks.update(new_ranks)
+        self._run_ids.update(new_runs)
+        return None
+
     def _track(self, agent_id: str, seq: int, recv_s: float) -> Gap | None:
-        """Update the agent's expected sequence number; a Gap when messages were skipped."""
+        """Update the agent's expected sequence number; a Gap when messages were skipped.
+
+        An agent's first message with ``seq > 0`` is a JOINED_LATE gap: what it sent before this collector heard
+        from it (to an earlier collector that crashed or stopped, or lost) is accounted for, never invisible.
+        """
         expected = self._next_seq.get(agent_id)
         self._next_seq[agent_id] = seq + 1
-        if expected is None or seq == expected:
-            return None  # first message seen: what the agent sent before we listened is not a loss of ours
+        if expected is None:
+            return Gap(agent_id, 0, seq, recv_s, JOINED_LATE) if seq > 0 else None
+        if seq == expected:
+            return None
         if seq < expected:
             # ZeroMQ keeps order per connection, so this is a restarted sender reusing its id: start over.
             log.info("agent %s restarted its sequence (%d after %d)", agent_id, seq, expected - 1)
@@ -281,7 +362,9 @@ class Collector:
     def _fan_out(self, method: str, *args: object) -> None:
         for sink in self._sinks:
             try:
-                getattr(sink, method)(*args)
+                handler = getattr(sink, method, None)
+                if handler is not None:  # on_joined_late is optional (see gui.core.ingest.sink)
+                    handler(*args)
             except Exception as exc:
                 self._warn(f"sink:{type(sink).__name__}", f"{type(sink).__name__}.{method} failed: {exc!r}")
 
@@ -319,6 +402,19 @@ def raise_open_file_limit(wanted: int) -> int:
             "open-file limit is %d (hard limit %s): the collector can serve only about %d agents; "
             "raise it (ulimit -n %d) before monitoring large trainings", soft, hard, soft // 2, wanted)
     return int(soft)
+
+
+def is_local_endpoint(bind: str) -> bool:
+    """True when ``bind`` is reachable from this machine only: ipc/inproc, or TCP on a loopback address."""
+    if not bind.startswith("tcp://"):
+        return True  # ipc:// and inproc:// are local by construction
+    host = bind[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "*", an interface name or a host name: possibly every network this machine is on
 
 
 def _zmq_endpoint(bind: str) -> str:

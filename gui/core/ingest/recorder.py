@@ -1,15 +1,20 @@
 """Records everything the collector accepts into one SQLite session file (an ``IngestSink``).
 
-What it owns: the session file, one writer thread, and a bounded hand-off queue between the collector's thread
-and the writer. Tables derive from ``agent.schema.FIELDS`` (see ``session_schema``): one per record kind with
-``agent_id``, ``recv_s`` and the schema fields; ``meta`` (key/value), ``gaps`` and ``rejections``.
+What it owns: the session file, one writer thread, and a hand-off queue between the collector's thread and the
+writer, bounded in bytes (``wire.Batch.memory_bytes``, an upper estimate of what a decoded message holds). Tables
+derive from ``agent.schema.FIELDS`` (see ``gui.core.ingest.session``): one per record kind with ``agent_id``,
+``recv_s`` and the schema fields; ``meta`` (key/value), ``gaps`` (lost and joined-late ranges), ``sequences`` (per
+agent: first and last sequence number seen, messages, records) and ``rejections``.
 
 What it must never do: block the collector's thread (``on_batch`` is an append; when the queue is full the batch
-is dropped and counted in ``meta.recorder_dropped_records``), build secondary indexes while recording (they are
-built at ``close``), or lose what was handed to it before ``close`` returns.
+is dropped and counted in ``meta.recorder_dropped_records``), stop writing because of one bad batch (a batch that
+fails is retried row by row; only the rows that fail are dropped, counted in ``write_errors`` and logged), build
+secondary indexes while recording (they are built at ``close``), or lose what was handed to it before ``close``
+returns.
 
 Durability: WAL with ``synchronous=NORMAL``; every committed batch survives a SIGKILL of this process (shared
-ENVIRONMENT.md), and the ingest counters are written in the same transaction as the rows they count.
+ENVIRONMENT.md), and the ingest counters and the ``sequences`` table are written in the same transaction as the
+rows they count.
 """
 
 from __future__ import annotations
@@ -28,19 +33,25 @@ from typing import Any, Final
 from agent import wire
 from agent.schema import FIELDS, SCHEMA_VERSION, Hello, Record, schema_version_str
 from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
-from gui.core.ingest.sink import Gap, Rejection
+from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S: Final[float] = 0.2
-FLUSH_ROWS: Final[int] = 20_000
-"""The writer commits every ``FLUSH_INTERVAL_S`` or as soon as this many records are waiting."""
+FLUSH_BYTES: Final[int] = 8 * 1024 * 1024
+"""The writer commits every ``FLUSH_INTERVAL_S`` or as soon as this many bytes (~25 000 steps) are waiting."""
 
-QUEUE_CAPACITY_RECORDS: Final[int] = 2_000_000
-"""Records the hand-off queue may hold (~10 s of 1024 ranks x 100 steps/s + samples) before batches are dropped."""
+QUEUE_CAPACITY_BYTES: Final[int] = 64 * 1024 * 1024
+"""Estimated memory the hand-off queue may hold before batches are dropped (and counted): ~200 000 steps, 2 s of
+1024 ranks x 100 steps/s; the writer commits ~1 M rows/s (shared ENVIRONMENT.md), so only a stalled disk fills it."""
 
 MAX_STORED_REJECTIONS: Final[int] = 10_000
 """Rejections stored with their text; beyond this only the counts per reason grow (a flood must not fill the disk)."""
+
+_ITEM_BYTES: Final[int] = 256  # what a queued gap or rejection costs the budget (plus its text)
+_DETAIL_CHARS: Final[int] = 1000  # longest rejection text stored
+_LOG_EVERY_S: Final[float] = 10.0
+_WRITE_ERRORS: Final = (sqlite3.Error, ValueError, TypeError, OverflowError, RecursionError, MemoryError)
 
 RINGSCOPE_VERSION: Final[str] = "0.1.0"
 
@@ -51,30 +62,41 @@ class Recorder:
     Args:
         path: the session file to create (an existing file is refused, so a session is never overwritten).
         meta: extra key/value pairs for the ``meta`` table (e.g. the command line that produced it).
-        queue_capacity_records: records waiting for the writer beyond which batches are dropped (and counted).
+        queue_capacity_bytes: estimated memory of what waits for the writer beyond which batches are dropped
+            (and counted), gap rows and rejection texts are not stored (their counts are).
     """
 
     def __init__(self, path: str | Path, *, meta: Mapping[str, str] | None = None,
-                 queue_capacity_records: int = QUEUE_CAPACITY_RECORDS) -> None:
+                 queue_capacity_bytes: int = QUEUE_CAPACITY_BYTES) -> None:
         self.path = Path(path)
-        self._capacity = queue_capacity_records
+        self._capacity = queue_capacity_bytes
         self._meta = {str(k): str(v) for k, v in (meta or {}).items()}
-        # (kind of item, payload): "batch" (Batch, recv_s), "gap" Gap, "rejection" Rejection
-        self._queue: deque[tuple[str, Any, float]] = deque()
-        # Queue depth in records = enqueued - dequeued; each counter has a single writer thread, so no lock.
-        self._enqueued_records = 0
-        self._dequeued_records = 0
+        # (kind of item, payload, ts, cost in bytes): "batch" Batch, "gap" Gap (lost or joined late), "rejection"
+        # Rejection, "launch" tuple
+        self._queue: deque[tuple[str, Any, float, int]] = deque()
+        # Queue depth in bytes = enqueued - dequeued; each counter has a single writer thread, so no lock.
+        self._enqueued_bytes = 0
+        self._dequeued_bytes = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
         self._rows_written = 0
+        # written by the collector's thread only
         self._dropped_records = 0
-        self._counts: Counter[str] = Counter()  # messages, records, bytes, gaps, missing_messages
-        self._rejected: Counter[str] = Counter()
+        self._unstored_gaps: Counter[str] = Counter()  # "gaps" / "missing" of gap rows the full queue refused
+        self._rejections_queued = 0
+        self._rejected_lock = threading.Lock()
+        self._rejected: Counter[str] = Counter()  # every rejection by reason, stored or not
+        # written by the writer thread only
+        self._counts: Counter[str] = Counter()  # messages, records, gaps, missing_messages, joined_late, ...
         self._run_ids: set[str] = set()
-        self._agents: set[str] = set()
-        self._error: BaseException | None = None
+        self._run_ids_written: set[str] = set()
+        # agent_id -> [first_seq, last_seq, messages, records, first_recv_s, last_recv_s]
+        self._sequences: dict[str, list[Any]] = {}
+        self._write_errors = 0
+        self._last_write_error: str | None = None
+        self._last_error_log = -_LOG_EVERY_S
         self._closed = False
         self._converters = {kind: _row_converter(kind) for kind in FIELDS}
 
@@ -119,6 +141,16 @@ class Recorder:
         return self._dropped_records
 
     @property
+    def write_errors(self) -> int:
+        """Rows (records, gaps, rejections) that could not be written to the file (0 in a healthy session)."""
+        return self._write_errors
+
+    @property
+    def last_write_error(self) -> str | None:
+        """The text of the most recent write error, or None."""
+        return self._last_write_error
+
+    @property
     def file_bytes(self) -> int:
         """Size of the session on disk, including the write-ahead log."""
         total = 0
@@ -141,36 +173,53 @@ class Recorder:
                 log.error("recorder did not finish writing %s within %.1f s; the file holds what was committed",
                           self.path, timeout_s)
                 return
-        if self._error is not None:
-            log.error("recorder stopped early on an error: %s", self._error)
+        if self._write_errors:
+            log.error("%d row(s) could not be written to %s (last error: %s); the file holds everything else",
+                      self._write_errors, self.path, self._last_write_error)
 
     # ---- IngestSink (collector thread: appends only) -------------------------------------------------------------
 
     def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
         """Queue a batch for writing; drop (and count) it when the writer is hopelessly behind."""
-        count = len(batch.records)
-        queued = self._enqueued_records - self._dequeued_records
-        if queued + count > self._capacity or self._closed:
-            self._dropped_records += count
-            return
-        self._enqueued_records += count
-        self._queue.append(("batch", batch, recv_s))
-        if queued + count >= FLUSH_ROWS:
-            self._wake.set()
+        cost = batch.memory_bytes or batch.size_bytes + wire.RECORD_MEMORY_BYTES * len(batch.records)
+        if not self._enqueue("batch", batch, recv_s, cost):
+            self._dropped_records += len(batch.records)
 
     def on_gap(self, gap: Gap) -> None:
-        """Queue a gap row."""
-        self._queue.append(("gap", gap, gap.ts_s))
+        """Queue a gap row (its counts are kept even when the full queue refuses the row)."""
+        if not self._enqueue("gap", gap, gap.ts_s, _ITEM_BYTES):
+            self._unstored_gaps["joined_late" if gap.kind == JOINED_LATE else "gaps"] += 1
+            self._unstored_gaps["missing_before_join" if gap.kind == JOINED_LATE else "missing"] += gap.missing
+
+    def on_joined_late(self, gap: Gap) -> None:
+        """Queue a joined-late row: messages the agent sent before this collector heard from it."""
+        self.on_gap(gap)
 
     def on_rejection(self, rejection: Rejection) -> None:
-        """Queue a rejection row (counted always, stored up to ``MAX_STORED_REJECTIONS``)."""
-        self._queue.append(("rejection", rejection, rejection.ts_s))
+        """Count a rejection; store its text up to ``MAX_STORED_REJECTIONS`` and while the queue has room."""
+        with self._rejected_lock:
+            self._rejected[rejection.reason] += 1
+        if self._rejections_queued < MAX_STORED_REJECTIONS:
+            detail = rejection.detail[:_DETAIL_CHARS]
+            if self._enqueue("rejection", Rejection(rejection.reason, detail, rejection.ts_s, rejection.size_bytes),
+                             rejection.ts_s, _ITEM_BYTES + len(detail)):
+                self._rejections_queued += 1
+
+    def _enqueue(self, what: str, payload: Any, ts_s: float, cost: int) -> bool:
+        queued = self._enqueued_bytes - self._dequeued_bytes
+        if queued + cost > self._capacity or self._closed:
+            return False
+        self._enqueued_bytes += cost
+        self._queue.append((what, payload, ts_s, cost))
+        if queued + cost >= FLUSH_BYTES:
+            self._wake.set()
+        return True
 
     # ---- Run lifecycle (GUI thread) ------------------------------------------------------------------------------
 
     def note_launch(self, run_id: str, state: str, exit_code: int | None, ts_s: float, detail: str = "") -> None:
         """Record how a run the window launched ended (stopped / failed / finished): agents cannot say it."""
-        self._queue.append(("launch", (run_id, state, exit_code, ts_s, detail), ts_s))
+        self._queue.append(("launch", (run_id, state, exit_code, ts_s, detail), ts_s, 0))
         self._wake.set()
 
     # ---- Writer thread -------------------------------------------------------------------------------------------
@@ -183,13 +232,15 @@ class Recorder:
                 self._wake.wait(FLUSH_INTERVAL_S)
                 self._wake.clear()
                 stopping = self._stop.is_set()
-                self._write_pending(connection)
+                try:
+                    self._write_pending(connection)
+                except Exception as exc:  # a bug must cost one batch, never the rest of the session
+                    self._write_failed(exc, 1, "writing a batch")
                 if stopping:
                     break
             self._finish(connection)
-        except BaseException as exc:  # a full disk must not take the collector down; say so loudly
-            self._error = exc
-            log.exception("recorder failed while writing %s; later data is not recorded", self.path)
+        except Exception as exc:  # building indexes at close: the rows are committed already
+            self._write_failed(exc, 0, "finishing the file")
         finally:
             connection.close()
 
@@ -198,50 +249,87 @@ class Recorder:
         items = [queue.popleft() for _ in range(len(queue))]
         if not items:
             return
-        rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in FIELDS}
-        gaps: list[tuple[Any, ...]] = []
-        rejections: list[tuple[Any, ...]] = []
-        launches: list[tuple[Any, ...]] = []
-        counts = self._counts
-        taken = 0
-        for what, payload, ts in items:
-            if what == "batch":
-                taken += self._batch_rows(payload, ts, rows)
-            elif what == "launch":
-                launches.append(payload)
-            elif what == "gap":
-                gaps.append((payload.agent_id, payload.expected_seq, payload.got_seq, payload.missing, ts))
-                counts["gaps"] += 1
-                counts["missing_messages"] += payload.missing
-            else:
-                self._rejected[payload.reason] += 1
-                if counts["stored_rejections"] < MAX_STORED_REJECTIONS:
-                    counts["stored_rejections"] += 1
-                    rejections.append((payload.reason, payload.detail, ts, payload.size_bytes))
-        self._dequeued_records += taken
-        written = sum(len(r) for r in rows.values())
-        with _transaction(connection):
-            for kind, kind_rows in rows.items():
-                if kind_rows:
-                    connection.executemany(insert_statement(kind), kind_rows)
-            if gaps:
-                connection.executemany(
-                    "INSERT INTO gaps(agent_id, expected_seq, got_seq, missing, ts_s) VALUES (?, ?, ?, ?, ?)", gaps)
-            if launches:
-                connection.executemany(
-                    "INSERT INTO launches(run_id, state, exit_code, ts_s, detail) VALUES (?, ?, ?, ?, ?)", launches)
-            if rejections:
-                connection.executemany(
-                    "INSERT INTO rejections(reason, detail, ts_s, size_bytes) VALUES (?, ?, ?, ?)", rejections)
-            connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", self._meta_counters())
-        self._rows_written += written
+        try:
+            self._write_items(connection, items)
+        finally:
+            # Released only now: until written, the items are still in memory (the budget bounds both together).
+            self._dequeued_bytes += sum(item[3] for item in items)
 
-    def _batch_rows(self, batch: wire.Batch, recv_s: float, rows: dict[str, list[tuple[Any, ...]]]) -> int:
+    def _write_items(self, connection: sqlite3.Connection, items: list[tuple[str, Any, float, int]]) -> None:
+        rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in FIELDS}
+        tables: dict[str, list[tuple[Any, ...]]] = {"gaps": [], "rejections": [], "launches": []}
+        counts = self._counts
+        touched: set[str] = set()
+        for what, payload, ts, _ in items:
+            if what == "batch":
+                self._batch_rows(payload, ts, rows)
+                touched.add(payload.agent_id)
+            elif what == "launch":
+                tables["launches"].append(payload)
+            elif what == "gap":
+                late = payload.kind == JOINED_LATE
+                tables["gaps"].append((payload.agent_id, payload.expected_seq, payload.got_seq, payload.missing, ts,
+                                       payload.kind))
+                counts["joined_late" if late else "gaps"] += 1
+                counts["missing_before_join" if late else "missing_messages"] += payload.missing
+            else:
+                tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
+        tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
+        records = sum(len(r) for r in rows.values())
+        try:
+            with _transaction(connection):
+                self._insert(connection, rows, tables, row_by_row=False)
+            failed = 0
+        except _WRITE_ERRORS as exc:
+            # One bad row (or a full disk) must not cost the batch, let alone the session: retry row by row, keep
+            # what can be written, count and report the rest.
+            total = records + sum(len(t) for t in tables.values())
+            self._write_failed(exc, 0, f"writing a batch of {total} rows; retrying row by row")
+            counted = self._write_errors
+            try:
+                with _transaction(connection):
+                    failed = self._insert(connection, rows, tables, row_by_row=True)
+            except _WRITE_ERRORS as again:
+                self._write_errors = counted  # the rows dropped one by one are in the total
+                self._write_failed(again, total, "writing rows one by one")
+                return
+        self._run_ids_written = set(self._run_ids)
+        self._rows_written += records - failed
+
+    def _insert(self, connection: sqlite3.Connection, rows: dict[str, list[tuple[Any, ...]]],
+                tables: dict[str, list[tuple[Any, ...]]], *, row_by_row: bool) -> int:
+        """Insert everything of one commit; with ``row_by_row`` a failing row is dropped (and counted) alone.
+        Returns how many record rows failed."""
+        statements = [(kind, insert_statement(kind), kind_rows) for kind, kind_rows in rows.items()]
+        statements += [(name, _TABLE_INSERTS[name], table_rows) for name, table_rows in tables.items()]
+        failed_records = 0
+        for table, statement, statement_rows in statements:
+            if not statement_rows:
+                continue
+            if not row_by_row:
+                connection.executemany(statement, statement_rows)
+                continue
+            for index, row in enumerate(statement_rows):
+                try:
+                    connection.execute(statement, row)
+                except _WRITE_ERRORS as exc:
+                    if not connection.in_transaction:  # SQLite gave up on the whole transaction (disk full...)
+                        raise
+                    self._write_failed(exc, 1, f"row {index} of table {table}")
+                    failed_records += table in rows
+        connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", self._meta_counters())
+        return failed_records
+
+    def _batch_rows(self, batch: wire.Batch, recv_s: float, rows: dict[str, list[tuple[Any, ...]]]) -> None:
         agent_id = batch.agent_id
         converters = self._converters
         for record in batch.records:
             kind = record.KIND
-            rows[kind].append(converters[kind](agent_id, recv_s, record))
+            try:
+                rows[kind].append(converters[kind](agent_id, recv_s, record))
+            except _WRITE_ERRORS as exc:  # validation should make this impossible: never let it stop the writer
+                self._write_failed(exc, 1, f"converting a {kind} record of agent {agent_id[:80]!r}")
+                continue
             if kind == "hello":
                 assert isinstance(record, Hello)
                 self._run_ids.add(record.run_id)
@@ -249,23 +337,48 @@ class Recorder:
         counts["messages"] += 1
         counts["records"] += len(batch.records)
         counts["skipped_records"] += batch.skipped
-        self._agents.add(agent_id)
-        return len(batch.records)
+        sequence = self._sequences.get(agent_id)
+        if sequence is None:
+            self._sequences[agent_id] = [batch.seq, batch.seq, 1, len(batch.records), recv_s, recv_s]
+        else:
+            sequence[1] = batch.seq
+            sequence[2] += 1
+            sequence[3] += len(batch.records)
+            sequence[5] = recv_s
+
+    def _write_failed(self, exc: BaseException, rows: int, what: str) -> None:
+        """Count rows that could not be written and say so loudly (rate-limited: a full disk fails every batch)."""
+        self._write_errors += rows
+        self._last_write_error = f"{what}: {type(exc).__name__}: {str(exc)[:300]}"
+        now = time.monotonic()
+        if now - self._last_error_log >= _LOG_EVERY_S:
+            self._last_error_log = now
+            log.error("recorder: write error in %s (%s); %d row(s) not written so far, recording continues",
+                      self.path, self._last_write_error, self._write_errors)
 
     def _meta_counters(self) -> list[tuple[str, str]]:
         counts = self._counts
-        return [
+        unstored = dict(self._unstored_gaps)
+        with self._rejected_lock:
+            rejected = json.dumps(dict(self._rejected), sort_keys=True)
+        meta = [
             ("messages", str(counts["messages"])),
             ("records", str(counts["records"])),
-            ("gaps", str(counts["gaps"])),
-            ("missing_messages", str(counts["missing_messages"])),
-            ("rejected", json.dumps(dict(self._rejected), sort_keys=True)),
+            ("gaps", str(counts["gaps"] + unstored.get("gaps", 0))),
+            ("missing_messages", str(counts["missing_messages"] + unstored.get("missing", 0))),
+            ("joined_late", str(counts["joined_late"] + unstored.get("joined_late", 0))),
+            ("missing_before_join", str(counts["missing_before_join"] + unstored.get("missing_before_join", 0))),
+            ("rejected", rejected),
             ("skipped_records", str(counts["skipped_records"])),
             ("recorder_dropped_records", str(self._dropped_records)),
-            ("run_ids", json.dumps(sorted(self._run_ids))),
-            ("agents", str(len(self._agents))),
+            ("write_errors", str(self._write_errors)),
+            ("last_write_error", self._last_write_error or ""),
+            ("agents", str(len(self._sequences))),
             ("updated_s", repr(time.time())),
         ]
+        if self._run_ids != self._run_ids_written:  # written when the set changes, not on every commit
+            meta.append(("run_ids", json.dumps(sorted(self._run_ids))))
+        return meta
 
     def _finish(self, connection: sqlite3.Connection) -> None:
         """Indexes are built once at the end: maintaining them per insert costs ~10x (shared ENVIRONMENT.md)."""
@@ -288,10 +401,20 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
     connection.execute("BEGIN")
     try:
         yield
+        connection.execute("COMMIT")
     except BaseException:
-        connection.execute("ROLLBACK")
+        if connection.in_transaction:  # SQLite rolls back by itself on some errors (disk full)
+            connection.execute("ROLLBACK")
         raise
-    connection.execute("COMMIT")
+
+
+_TABLE_INSERTS: Final[dict[str, str]] = {
+    "gaps": "INSERT INTO gaps(agent_id, expected_seq, got_seq, missing, ts_s, kind) VALUES (?, ?, ?, ?, ?, ?)",
+    "rejections": "INSERT INTO rejections(reason, detail, ts_s, size_bytes) VALUES (?, ?, ?, ?)",
+    "launches": "INSERT INTO launches(run_id, state, exit_code, ts_s, detail) VALUES (?, ?, ?, ?, ?)",
+    "sequences": "INSERT OR REPLACE INTO sequences(agent_id, first_seq, last_seq, messages, records, first_recv_s, "
+                 "last_recv_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+}
 
 
 def _row_converter(kind: str) -> Callable[[str, float, Record], tuple[Any, ...]]:

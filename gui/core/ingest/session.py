@@ -2,7 +2,9 @@
 
 Layout, derived from ``agent.schema.FIELDS``: one table per record kind (named after the kind) with columns
 ``agent_id``, ``recv_s`` and the schema fields (list fields as JSON text); ``meta`` (key/value: format, schema
-version, created, run ids, ringscope version, ingest counters), ``gaps`` and ``rejections``.
+version, created, run ids, ringscope version, ingest counters, write errors), ``gaps`` (``kind`` "lost": skipped
+sequence numbers; "joined_late": what an agent sent before this recorder's collector heard from it), ``sequences``
+(per agent: first and last sequence number, messages, records) and ``rejections``.
 
 What it must never do: modify a session file, or let a bad file surface as anything but ``SessionFileError`` with a
 message a user can act on. Works on a file that is still being written (WAL) and on one whose writer was killed.
@@ -59,7 +61,9 @@ def create_statements() -> list[str]:
     statements = [
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
         "CREATE TABLE IF NOT EXISTS gaps (agent_id TEXT, expected_seq INTEGER, got_seq INTEGER, missing INTEGER, "
-        "ts_s REAL)",
+        "ts_s REAL, kind TEXT)",
+        "CREATE TABLE IF NOT EXISTS sequences (agent_id TEXT PRIMARY KEY, first_seq INTEGER, last_seq INTEGER, "
+        "messages INTEGER, records INTEGER, first_recv_s REAL, last_recv_s REAL)",
         "CREATE TABLE IF NOT EXISTS rejections (reason TEXT, detail TEXT, ts_s REAL, size_bytes INTEGER)",
         # how runs started from the window's launcher ended (stopped / failed / finished, exit code): the agents
         # cannot say it themselves
@@ -137,8 +141,13 @@ def summarize(path: str | Path) -> dict[str, Any]:
         },
         "gaps": counters.get("gaps", 0),
         "missing_messages": counters.get("missing_messages", 0),
+        "joined_late": counters.get("joined_late", []),
+        "missing_before_join": counters.get("missing_before_join", 0),
         "dropped_by_agents": counters.get("dropped_by_agents", 0),
         "recorder_dropped_records": counters.get("recorder_dropped_records", 0),
+        "write_errors": counters.get("write_errors", 0),
+        "last_write_error": counters.get("last_write_error"),
+        "sequences": counters.get("sequences", {}),
         "rejected": counters.get("rejected", {}),
         "events": dict(Counter(e.event for e in data.events)),
         "agents": [
@@ -252,7 +261,10 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
         except ValueError:
             return 0
 
-    gaps, missing = connection.execute("SELECT COUNT(*), COALESCE(SUM(missing), 0) FROM gaps").fetchone()
+    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    losses = _losses(connection, tables)
+    gaps = max(losses["gaps"], meta_int("gaps"))  # meta also counts gap rows a full recorder queue did not store
+    missing = max(losses["missing_messages"], meta_int("missing_messages"))
     try:
         rejected = {str(k): int(v) for k, v in json.loads(meta.get("rejected", "{}")).items()}
     except (ValueError, AttributeError):
@@ -266,7 +278,6 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
     ):
         drops[str(agent_id)] = int(dropped)
     launches: dict[str, dict[str, Any]] = {}
-    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "launches" in tables:  # files of older versions have none
         for run_id, state, code, ts_s, detail in connection.execute(
                 "SELECT run_id, state, exit_code, ts_s, detail FROM launches ORDER BY rowid"):
@@ -277,6 +288,14 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
         "records": meta_int("records"),
         "gaps": int(gaps),
         "missing_messages": int(missing),
+        "joined_late": losses["joined_late"],
+        "missing_before_join": max(losses["missing_before_join"], meta_int("missing_before_join")),
+        "write_errors": meta_int("write_errors"),
+        "last_write_error": meta.get("last_write_error") or None,
+        "sequences": {str(agent_id): {"first_seq": first, "last_seq": last, "messages": messages}
+                      for agent_id, first, last, messages in connection.execute(
+                          "SELECT agent_id, first_seq, last_seq, messages FROM sequences ORDER BY rowid")}
+        if "sequences" in tables else {},
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),
         "skipped_records": meta_int("skipped_records"),
@@ -285,6 +304,22 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
         "dropped_by_agent": drops,
         "dropped_by_agents": sum(drops.values()),
     }
+
+
+def _losses(connection: sqlite3.Connection, tables: set[str]) -> dict[str, Any]:
+    """Gaps inside the session, and the agents that joined late (with what this session never saw of them).
+
+    TOTAL, not SUM: a hostile sender can claim sequence numbers near 2^63, and SUM would overflow.
+    """
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(gaps)")}
+    kind = "COALESCE(kind, 'lost')" if "kind" in columns else "'lost'"  # files before 1.1 have only losses
+    gaps, missing = connection.execute(
+        f"SELECT COUNT(*), TOTAL(missing) FROM gaps WHERE {kind} != 'joined_late'").fetchone()
+    late = [{"agent_id": str(agent_id), "messages_not_seen": int(got_seq), "first_seq_seen": int(got_seq)}
+            for agent_id, got_seq in connection.execute(
+                f"SELECT agent_id, got_seq FROM gaps WHERE {kind} = 'joined_late' ORDER BY rowid")]
+    return {"gaps": int(gaps), "missing_messages": int(missing), "joined_late": late,
+            "missing_before_join": sum(entry["messages_not_seen"] for entry in late)}
 
 
 def _file_bytes(path: Path) -> int:

@@ -3,24 +3,34 @@
 The collector thread calls every registered ``IngestSink``; sinks must be fast and thread-safe (they run on the
 collector's thread, never the Qt thread) and must never raise (an exception in one sink is logged by the
 collector and does not stop the others).
+
+Optional hook: a sink may also define ``on_joined_late(gap: Gap)``; the collector calls it (and only it) when an
+agent's first message to this collector has ``seq > 0`` (``Gap.kind == JOINED_LATE``): messages this collector never
+saw, sent before it listened or to an earlier collector — not a loss inside the session, so ``on_gap`` is not called.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from agent.wire import Batch
+
+LOST: Final[str] = "lost"
+"""``Gap.kind`` of messages lost during the session (sequence numbers skipped)."""
+JOINED_LATE: Final[str] = "joined_late"
+"""``Gap.kind`` of messages an agent sent before this collector first heard from it (``expected_seq`` is 0)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Gap:
-    """Messages from one agent that never arrived: sequence numbers ``expected_seq .. got_seq - 1``."""
+    """Messages from one agent this collector never received: sequence numbers ``expected_seq .. got_seq - 1``."""
 
     agent_id: str
     expected_seq: int
     got_seq: int
     ts_s: float
+    kind: str = LOST  # LOST or JOINED_LATE
 
     @property
     def missing(self) -> int:
@@ -32,7 +42,7 @@ class Gap:
 class Rejection:
     """A message that was not accepted: why (stable short code), in words, and when."""
 
-    reason: str  # "malformed" | "type" | "version" | "oversized" | "unknown_kind"
+    reason: str  # agent.wire.REASONS, or the collector's: unknown_kind, too_many_*, handshake, unauthenticated
     detail: str
     ts_s: float
     size_bytes: int
@@ -49,6 +59,8 @@ class IngestCounters:
     gaps: int = 0  # gap events
     missing_messages: int = 0  # messages lost in those gaps
     agents: int = 0
+    joined_late: int = 0  # agents whose first message here had seq > 0
+    missing_before_join: int = 0  # messages those agents sent before this collector heard from them
 
     @property
     def rejected_total(self) -> int:
