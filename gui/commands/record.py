@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Record until interrupted; 0 on a clean stop, 2 when the file, endpoint or key file cannot be used."""
+    """Record until interrupted; 0 on a clean stop, 1 when rows could not be written to the file, 2 when the file,
+    endpoint or key file cannot be used."""
     keys, code = secure_keys(args, "record")
     if code:
         return code
@@ -75,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     counters = collector.counters
     print(f"ringscope record: stopped; {recorder.rows_written} records from {counters.agents} agent(s) in "
-          f"{recorder.path} ({recorder.file_bytes / 1e6:.1f} MB); gaps {counters.gaps}, "
-          f"rejected {counters.rejected_total}", file=sys.stderr, flush=True)
+          f"{recorder.path} ({recorder.file_bytes / 1e6:.1f} MB); gaps {counters.gaps}, joined late "
+          f"{counters.joined_late}, rejected {counters.rejected_total}", file=sys.stderr, flush=True)
+    if recorder.write_errors:
+        print(f"ringscope record: {recorder.write_errors} row(s) could not be written to {recorder.path} (last "
+              f"error: {recorder.last_write_error}); the file holds everything else; check the disk's free space "
+              "and health", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -85,4 +91,5 @@ def _progress(collector: Collector, recorder: Recorder, elapsed_s: float) -> Non
     print(f"[{elapsed_s:7.1f} s] agents {counters.agents}  received {counters.records}  written "
           f"{recorder.rows_written}  gaps {counters.gaps} (missing {counters.missing_messages})  "
           f"rejected {counters.rejected_total}  dropped {recorder.dropped_records}  "
-          f"{recorder.file_bytes / 1e6:.1f} MB", file=sys.stderr, flush=True)
+          f"{recorder.file_bytes / 1e6:.1f} MB" + (f"  WRITE ERRORS {recorder.write_errors}" if recorder.write_errors
+                                                   else ""), file=sys.stderr, flush=True)
