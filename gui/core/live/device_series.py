@@ -125,7 +125,7 @@ class DeviceSeries:
             self._gpu_series[key] = GpuSeries(
                 s.host, s.gpu_index, s.name, s.rank, readonly(ring.ordered("ts_s")), readonly(ring.ordered("util_pct")),
                 readonly(ring.ordered("mem_used_bytes")),
-                math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes))
+                math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes), s)
         self._gpu_dirty.clear()
         for name in self._host_dirty:
             ring, h = self._hosts[name]

@@ -11,12 +11,12 @@ stays NaN so the views can draw gaps).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import GpuStatus, Hello
+from agent.schema import GpuSample, GpuStatus, Hello
 from gui.core import phases
 from gui.core.analysis.straggler import judge_window
 
@@ -43,6 +43,7 @@ class LiveStraggler:
     rank: int
     others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank
     reason: str
+    cause: str = ""  # the phase it is late in: "data_wait" (its data loader), "compute", or "" (unclear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class GpuSeries:
     util_pct: np.ndarray
     mem_used_bytes: np.ndarray
     mem_total_bytes: float  # NaN when unknown
+    latest: GpuSample | None = None  # the last reading as received (uuid, power, temperature, clocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,8 @@ class Snapshot:
     run_id: str = ""
     run_state: str = "running"
     ended_s: float = math.nan  # when the run ended (NaN while it runs): figures are frozen at that moment
+    rank_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # steps received per rank
+    rank_samples: np.ndarray = field(default_factory=lambda: np.zeros(0))  # samples per rank (NaN: not reported)
 
     @property
     def no_gpu(self) -> bool:
@@ -213,7 +217,7 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
                                       r_data, r_comp),
         counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
         step_pct_s=step_pct, run_id=raw.get("run_id", ""), run_state=ended_state or raw.get("run_state", "running"),
-        ended_s=ended_s,
+        ended_s=ended_s, rank_steps=readonly(raw["rank_steps"]), rank_samples=readonly(raw["rank_samples"]),
     )
 
 
@@ -278,12 +282,13 @@ def find_live_straggler(ranks: np.ndarray, step_s: np.ndarray, comm_exposed_s: n
         return None
     worst, gap, share = verdict.row, verdict.gap_s, verdict.gap_share  # share: of the median step
     others = np.delete(np.arange(len(ranks)), worst)
-    why = "cause unclear: neither its data wait nor its compute stands out"
-    for phase, values in (("its data loader", data_wait_s), ("slower compute", compute_s)):
+    why, cause = "cause unclear: neither its data wait nor its compute stands out", ""
+    for phase, name, values in (("its data loader", "data_wait", data_wait_s),
+                                ("slower compute", "compute", compute_s)):
         if values is None or np.isnan(values[worst]) or np.isnan(values[others]).all():
             continue
         if values[worst] - float(np.nanmedian(values[others])) >= 0.5 * gap:
-            why = phase
+            why, cause = phase, name
             break
     return LiveStraggler(int(ranks[worst]), share, f"rank {int(ranks[worst])} ({why}): the others wait {share:.0%} "
-                                               f"of each step for it in AllReduce")
+                                               f"of each step for it in AllReduce", cause)

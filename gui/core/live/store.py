@@ -304,6 +304,9 @@ class LiveStore:
             for name in _RECENT_FIELDS:
                 recent[name][row, slots] = cols[name][take].astype(np.float64)
             self._rank["count"][row] = before + size
+            samples = cols["samples"][order[start:start + size]].astype(np.float64)
+            if not np.isnan(samples).all():
+                self._rank["samples"][row] = np.nan_to_num(self._rank["samples"][row]) + float(np.nansum(samples))
             self._rank["current_step"][row] = float(np.nanmax(cols["step"][order[start:start + size]]))
 
     def _load_buckets_locked(self, rows: np.ndarray, end: np.ndarray, cols: Columns) -> None:
@@ -389,6 +392,8 @@ class LiveStore:
         self._rank["current_step"][row] = s.step
         slot = int(self._rank["count"][row]) % self._R
         self._rank["count"][row] += 1
+        if s.samples is not None:  # NaN until a rank reports samples: "not reported" is not 0
+            self._rank["samples"][row] = np.nan_to_num(self._rank["samples"][row]) + s.samples
         recent = self._recent
         recent["step"][row, slot] = s.step
         recent["end_s"][row, slot] = s.end_s
@@ -494,7 +499,8 @@ class LiveStore:
             return out
 
         if self._cap == 0:
-            self._rank = {name: np.full(0, np.nan) for name in ("last_seen_s", "current_step", "finished", "count")}
+            self._rank = {name: np.full(0, np.nan) for name in ("last_seen_s", "current_step", "finished", "count",
+                                                                 "samples")}
             self._recent = {name: np.full((0, self._R), np.nan, np.float32) for name in _RECENT_FIELDS}
             self._recent["step"] = np.full((0, self._R), -1, np.int64)
             self._recent["end_s"] = np.full((0, self._R), np.nan)
@@ -543,7 +549,8 @@ class LiveStore:
             "hellos": list(self._agents.values()), "gpus": gpus, "hosts_state": hosts,
             "sec_abs": self._sec_abs.copy(), "sec_msgs": self._sec_msgs.copy(),
             "counters": dict(self._counters, rejected=dict(self._counters["rejected"]),
-                             agents=len(self._agents)),
+                             agents=len(self._agents), agent_dropped_records=sum(self._agent_dropped.values())),
+            "rank_steps": count, "rank_samples": self._rank["samples"][rows].copy(),
             "steps_total": self._steps_total, "latest_end_s": self._latest_end_s,
             "run_id": self.run_id, "ended": self._ended, "bucket_s": self.bucket_s,
         }
