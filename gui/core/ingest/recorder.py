@@ -41,9 +41,11 @@ FLUSH_INTERVAL_S: Final[float] = 0.2
 FLUSH_BYTES: Final[int] = 8 * 1024 * 1024
 """The writer commits every ``FLUSH_INTERVAL_S`` or as soon as this many bytes (~25 000 steps) are waiting."""
 
-QUEUE_CAPACITY_BYTES: Final[int] = 64 * 1024 * 1024
-"""Estimated memory the hand-off queue may hold before batches are dropped (and counted): ~200 000 steps, 2 s of
-1024 ranks x 100 steps/s; the writer commits ~1 M rows/s (shared ENVIRONMENT.md), so only a stalled disk fills it."""
+QUEUE_CAPACITY_BYTES: Final[int] = 256 * 1024 * 1024
+"""Estimated memory the hand-off queue may hold (with what the writer is writing) before batches are dropped and
+counted: ~650 000 steps, 6 s of 1024 ranks x 100 steps/s. The ingest benchmark (that load, simulated on the same
+2-core machine while others ran tests) peaked at 179 MB of backlog: the writer is starved of CPU long before the
+disk is the limit."""
 
 MAX_STORED_REJECTIONS: Final[int] = 10_000
 """Rejections stored with their text; beyond this only the counts per reason grow (a flood must not fill the disk)."""
