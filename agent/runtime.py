@@ -16,6 +16,10 @@ Environment (a launcher sets these so the agents it starts reach its window):
 * ``RINGSCOPE_DEVICE_INTERVAL_S`` device sampling period (default 0.5)
 * ``RINGSCOPE_PRICE_PER_GPU_HOUR`` optional price, forwarded to the app for cost figures
 
+Every agent sends a heartbeat per rank about once a second from its own thread (``agent.heartbeat``): where the rank
+is (data wait, compute, collective, checkpoint, idle) and, when it has been stuck in one phase for seconds, the Python
+stack of the training thread, so the app can name a hung rank and show where it waits.
+
 Training-thread cost: ``step`` / ``event`` build one small record and append it to a deque (a few µs).
 """
 
@@ -30,6 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.devices import DeviceProbe, DeviceSampler
+from agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
+from agent.heartbeat import HeartbeatThread, Position
 from agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
 from agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
 from agent.schema import (
@@ -59,11 +65,18 @@ class Agent:
         identity: the ``Hello`` record describing this process (rank(s), framework, devices...).
     """
 
-    def __init__(self, identity: Hello, publisher: Publisher | None, sampler: DeviceSampler | None) -> None:
+    def __init__(self, identity: Hello, publisher: Publisher | None, sampler: DeviceSampler | None,
+                 heartbeat_interval_s: float | None = HEARTBEAT_INTERVAL_S) -> None:
         self.identity = identity
         self._publisher = publisher
         self._sampler = sampler
         self._put = publisher.put if publisher is not None else _discard
+        ranks = identity.ranks or [identity.rank]
+        self._positions = {rank: Position(rank) for rank in ranks}
+        self._heartbeat: HeartbeatThread | None = None
+        if publisher is not None and heartbeat_interval_s:
+            self._heartbeat = HeartbeatThread(list(self._positions.values()), publisher.put,
+                                              interval_s=heartbeat_interval_s).start()
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -116,6 +129,17 @@ class Agent:
         """Queue any schema record (for integrations that build records themselves)."""
         self._put(record)
 
+    def position(self, rank: int | None = None) -> Position:
+        """Where ``rank`` (default: this process's first rank) is; the integrations call ``enter`` on it as the
+        training moves between data wait, compute, the collective and checkpoints (a few attribute stores)."""
+        return self._positions.get(self.identity.rank if rank is None else rank) or \
+            next(iter(self._positions.values()))
+
+    def request_stacks(self) -> None:
+        """Send the stack of every rank of this process with the next heartbeat."""
+        if self._heartbeat is not None:
+            self._heartbeat.request_stacks()
+
     @property
     def stats(self) -> PublisherStats | None:
         """Queue and drop counters, or None when disabled."""
@@ -125,6 +149,8 @@ class Agent:
         """Send a ``finished`` event (unless told not to), flush within ``timeout_s`` and stop the threads."""
         if self._publisher is None:
             return
+        if self._heartbeat is not None:
+            self._heartbeat.close()
         if finished:
             self.event(EventKind.FINISHED, rank=self.identity.rank)
         if self._sampler is not None:

@@ -24,8 +24,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-SCHEMA_VERSION: Final[tuple[int, int]] = (1, 1)
-"""(major, minor). See the module docstring for what each part may change. 1.1: ``Health.disconnects``."""
+SCHEMA_VERSION: Final[tuple[int, int]] = (1, 2)
+"""(major, minor). See the module docstring for what each part may change. 1.1: ``Health.disconnects``; 1.2: the
+``Heartbeat`` record."""
 
 AGENT_VERSION: Final[str] = "0.1.0"
 
@@ -265,9 +266,32 @@ class Health:
     disconnects: int | None = None  # 1.1: times the connection to the collector dropped (cumulative)
 
 
-Record = Hello | Step | GpuSample | HostSample | Event | Health
+@dataclass(slots=True)
+class Heartbeat:
+    """Where one rank is now (schema 1.2), sent about once a second from the agent's own thread.
 
-RECORD_TYPES: Final[tuple[type, ...]] = (Hello, Step, GpuSample, HostSample, Event, Health)
+    ``phase``: "data_wait" | "compute" | "collective" | "checkpoint" | "idle" (between steps); receivers accept
+    others. ``since_s``: when the rank entered it. ``step``: the step in progress; ``bucket``: the gradient bucket
+    in flight while in the collective. ``stack``: the Python stack of the training thread, sent only when the rank
+    has been in one phase for several seconds (a hang) or on request.
+    """
+
+    KIND: ClassVar[str] = "heartbeat"
+    ts_s: float
+    rank: int
+    phase: str
+    since_s: float
+    step: int | None = None
+    bucket: int | None = None
+    stack: str | None = None
+
+
+Record = Hello | Step | GpuSample | HostSample | Event | Health | Heartbeat
+
+RECORD_TYPES: Final[tuple[type, ...]] = (Hello, Step, GpuSample, HostSample, Event, Health, Heartbeat)
+KIND_SINCE: Final[dict[str, tuple[int, int]]] = {"heartbeat": (1, 2)}
+"""Record kinds added by a minor version: files and senders of an older minor version have none of them."""
+
 KINDS: Final[dict[str, type]] = {cls.KIND: cls for cls in RECORD_TYPES}  # type: ignore[attr-defined]
 
 _DOCS: Final[dict[str, str]] = {
@@ -331,6 +355,7 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "KINDS",
+    "KIND_SINCE",
     "MAX_ABS_SECONDS",
     "MAX_DEVICE_KEYS",
     "MAX_HELLO_DEVICES",
@@ -349,6 +374,7 @@ __all__ = [
     "GpuSample",
     "GpuStatus",
     "Health",
+    "Heartbeat",
     "Hello",
     "HostSample",
     "Record",

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from agent.heartbeat import CHECKPOINT, COLLECTIVE, COMPUTE, DATA_WAIT, IDLE
 from agent.runtime import Agent
 from agent.schema import EventKind, Step
 from agent.torch_ddp.hook import is_plain_allreduce, timed_allreduce_hook, timed_hook
@@ -44,15 +45,19 @@ class TimedLoader:
         iterator = iter(self.loader)
         first = True
         probe, to_device = self._probe, self._to_device
+        position = probe.position
         while True:
             started_wall, started = time.time(), time.perf_counter()
+            position.enter(DATA_WAIT, probe.next_step)
             try:
                 batch = next(iterator)
             except StopIteration:
+                position.enter(IDLE)
                 return
             if to_device is not None:
                 batch = _move(batch, to_device)
             probe._batch_ready(started_wall, time.perf_counter() - started, first)
+            position.enter(COMPUTE)
             first = False
             yield batch
 
@@ -68,6 +73,7 @@ class Probe:
         self.identity = identity
         self.rank = identity.rank
         self._owns_agent = owns_agent
+        self.position = agent.position(identity.rank)  # where this rank is, for the agent's heartbeat
         self.clock: HostClock | CudaClock = CudaClock(identity.device) if identity.is_cuda else HostClock()
         self.next_step = 0
         self.epoch: int | None = None
@@ -100,6 +106,7 @@ class Probe:
         self.next_step += 1
         self._marks = self._new_marks(marks.end_wall_s, None, False)
         self._marks.compute_start = marks.step_end
+        self.position.enter(IDLE, self.next_step)
         self._flush(wait=False)
 
     @contextlib.contextmanager
@@ -138,7 +145,11 @@ class Probe:
     def checkpoint(self, path: str | os.PathLike[str]) -> Iterator[None]:
         """``with probe.checkpoint(path): torch.save(state, path)`` times the save and reports the file's bytes."""
         started = time.perf_counter()
-        yield
+        self.position.enter(CHECKPOINT)
+        try:
+            yield
+        finally:
+            self.position.enter(IDLE)
         self.checkpoint_saved(path, time.perf_counter() - started)
 
     def close(self, timeout_s: float = 2.0) -> None:
@@ -160,8 +171,18 @@ class Probe:
     # ---- Called by the hook and the loader -----------------------------------------------------------------------
 
     def current_marks(self) -> StepMarks:
-        """The marks of the step in progress (the comm hook writes bucket marks into them)."""
+        """The marks of the step in progress (read-only use: no side effect)."""
         return self._marks
+
+    def bucket_marks(self) -> StepMarks:
+        """The marks a comm hook stamps a bucket into (called once per bucket, on the training thread): also moves
+        this rank's position into the collective at the step's first bucket, for the heartbeat."""
+        marks = self._marks
+        if marks.issued:
+            self.position.bucket = len(marks.issued)
+        else:  # the first bucket of the step: this rank reached the collective
+            self.position.enter(COLLECTIVE, self.next_step, 0)
+        return marks
 
     def _batch_ready(self, started_wall_s: float, waited_s: float, first: bool) -> None:
         marks = self._marks
@@ -223,9 +244,9 @@ def register_timing_hook(
     Plain all-reduce gets the fused ``timed_allreduce_hook`` (same gradients, one Python callback per bucket less).
     """
     if comm_hook is None or is_plain_allreduce(comm_hook):
-        ddp_model.register_comm_hook(None, timed_allreduce_hook(comm_state, probe.current_marks, probe.clock))
+        ddp_model.register_comm_hook(None, timed_allreduce_hook(comm_state, probe.bucket_marks, probe.clock))
     else:
-        ddp_model.register_comm_hook(comm_state, timed_hook(comm_hook, probe.current_marks, probe.clock))
+        ddp_model.register_comm_hook(comm_state, timed_hook(comm_hook, probe.bucket_marks, probe.clock))
 
 
 def _move(batch: Any, device: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello
+from agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, Hello
 from gui.core.analysis.runs import runs_of
 from gui.core.session_data import Columns, SessionData, columns_from_rows
 
@@ -211,16 +211,27 @@ def _meta(connection: sqlite3.Connection, path: Path) -> dict[str, str]:
             f"{path} was recorded with {newer} Ringscope (schema {version}); this one reads schema "
             f"{SCHEMA_VERSION[0]}.x: open it with a matching Ringscope version"
         )
-    missing = [kind for kind in FIELDS if kind not in {r[0] for r in connection.execute(
-        "SELECT name FROM sqlite_master WHERE type='table'")}]
+    tables = {r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    file_version = (major, _minor(version))
+    # a kind added by a later minor version (KIND_SINCE) is simply absent from older files: no rows, not damage
+    missing = [kind for kind in FIELDS if kind not in tables and KIND_SINCE.get(kind, (major, 0)) <= file_version]
     if missing:
         raise SessionFileError(f"{path} is missing the table(s) {', '.join(missing)}; the file is damaged")
     return meta
 
 
+def _minor(version: str) -> int:
+    try:
+        return int(version.split(".")[1])
+    except (IndexError, ValueError):
+        return 0
+
+
 def _select(connection: sqlite3.Connection, kind: str) -> list[tuple[Any, ...]]:
     """Rows of a kind's table as (agent_id, recv_s, fields...), tolerating tables of an older minor version."""
     present = {row[1] for row in connection.execute(f'PRAGMA table_info("{kind}")')}
+    if not present:
+        return []  # a kind this file's (older) schema did not have
     columns = ", ".join(f'"{spec.name}"' if spec.name in present else "NULL" for spec in FIELDS[kind])
     # a field stored in an envelope column (Hello.agent_id) is selected from there: present covers it
     return connection.execute(f'SELECT agent_id, recv_s, {columns} FROM "{kind}" ORDER BY rowid').fetchall()

@@ -1,0 +1,138 @@
+"""Heartbeats: where each rank of this process is right now, sent about once a second from the agent's own thread.
+
+The training thread only writes where it is (``Position.enter``: three attribute stores, no lock, no I/O, no
+allocation beyond the call); the heartbeat thread reads those positions once per interval and sends a
+``Heartbeat`` record per rank, so the collector knows where every rank is even when no step completes. When a rank
+has been in the same phase for ``stack_after_s`` (a hang, or a very long step), the beat carries the Python stack of
+the thread that last marked the position, captured here with ``sys._current_frames`` — no signal, no ptrace, nothing
+done on the training thread — the way ``py-spy dump`` would show it.
+
+What it must never do: block or raise into the training thread, take a lock the training thread takes, or capture
+stacks while a rank progresses (they cost ~0.1 ms per thread; a progressing rank never pays it).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from agent.schema import MAX_TEXT_CHARS, Heartbeat, Record
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S: Final[float] = 1.0
+STACK_AFTER_S: Final[float] = 5.0
+"""A rank in one phase for this long gets its stack sent (refreshed every ``STACK_REFRESH_S`` while it stays)."""
+STACK_REFRESH_S: Final[float] = 10.0
+
+DATA_WAIT: Final = "data_wait"
+COMPUTE: Final = "compute"
+COLLECTIVE: Final = "collective"
+CHECKPOINT: Final = "checkpoint"
+IDLE: Final = "idle"  # between steps (or before the first)
+
+
+class Position:
+    """Where one rank is: the phase it entered, when, at which step (and gradient bucket, in a collective).
+
+    Written by the training thread (``enter``), read by the heartbeat thread. Attribute stores are atomic under the
+    GIL; a reader may see a phase with the previous ``since_s`` for an instant, which a 1 Hz heartbeat cannot tell.
+    """
+
+    __slots__ = ("bucket", "phase", "rank", "since_s", "step", "thread_id")
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.phase = IDLE
+        self.since_s = time.time()
+        self.step: int | None = None
+        self.bucket: int | None = None
+        self.thread_id: int | None = None
+
+    def enter(self, phase: str, step: int | None = None, bucket: int | None = None) -> None:
+        """The rank enters ``phase`` now (training thread: a few attribute stores)."""
+        self.phase = phase
+        self.since_s = time.time()
+        if step is not None:
+            self.step = step
+        self.bucket = bucket
+        self.thread_id = threading.get_ident()
+
+
+class HeartbeatThread:
+    """Sends one ``Heartbeat`` per position every ``interval_s`` through ``put`` (the publisher's queue)."""
+
+    def __init__(self, positions: Sequence[Position], put: Callable[[Record], object], *,
+                 interval_s: float = INTERVAL_S, stack_after_s: float = STACK_AFTER_S) -> None:
+        self._positions = tuple(positions)
+        self._put = put
+        self._interval_s = interval_s
+        self._stack_after_s = stack_after_s
+        self._last_stack: dict[int, tuple[float, float]] = {}  # rank -> (since_s it was taken for, when)
+        self._dump_requested = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ringscope-heartbeat", daemon=True)
+
+    def start(self) -> HeartbeatThread:
+        """Start beating. Returns self."""
+        self._thread.start()
+        return self
+
+    def request_stacks(self) -> None:
+        """Send every rank's stack with the next beat (a dump on demand)."""
+        self._dump_requested = True
+
+    def beat(self, now_s: float | None = None) -> list[Heartbeat]:
+        """Build (and send) one round of heartbeats now; returns them (the thread calls this every interval)."""
+        now = time.time() if now_s is None else now_s
+        dump, self._dump_requested = self._dump_requested, False
+        frames: dict[int, Any] | None = None
+        beats = []
+        for position in self._positions:
+            phase, since, step, bucket, thread = (position.phase, position.since_s, position.step, position.bucket,
+                                                  position.thread_id)
+            stack = None
+            if thread is not None and (dump or self._stack_due(position.rank, since, now)):
+                if frames is None:
+                    frames = dict(sys._current_frames())  # one snapshot of every thread's frame for this round
+                stack = _format_stack(frames.get(thread))
+                self._last_stack[position.rank] = (since, now)
+            beats.append(Heartbeat(now, position.rank, phase, since, step, bucket, stack))
+        for record in beats:
+            self._put(record)
+        return beats
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the thread (idempotent)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _stack_due(self, rank: int, since: float, now: float) -> bool:
+        if now - since < self._stack_after_s:
+            return False
+        taken = self._last_stack.get(rank)
+        return taken is None or taken[0] != since or now - taken[1] >= STACK_REFRESH_S
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.beat()
+            except Exception:  # a heartbeat must never take anything down; say it once
+                log.exception("ringscope: heartbeat failed; positions of this process are not reported")
+                return
+
+
+def _format_stack(frame: object) -> str | None:
+    """The stack of one thread, innermost call last, cut to what a record may carry (keeping the innermost end)."""
+    if frame is None:
+        return None
+    text = "".join(traceback.format_stack(frame))  # type: ignore[arg-type]
+    if len(text) > MAX_TEXT_CHARS:
+        text = "...[outer frames cut]\n" + text[-(MAX_TEXT_CHARS - 40):]
+    return text
