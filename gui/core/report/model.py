@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
 from gui.core.analysis.recommendations import Recommendation, recommend
@@ -117,7 +118,25 @@ def quality_rows(report: Report) -> Rows:
         ("Rejected messages", rejected),
         ("Dropped by agents", f"{q.agent_dropped_records} records (agent queue full)"),
         ("Steps with unmeasured phases", f"{q.steps_missing_phases} (their time is counted as 'Other')"),
+        *ingest_quality_rows(report.session.counters),
     ]
+
+
+def ingest_quality_rows(counters: dict[str, Any]) -> Rows:
+    """What the recorder itself could not see or keep: agents that joined late (their earlier messages went to a
+    collector that stopped or crashed, or were lost), records it dropped, rows it failed to write."""
+    rows: Rows = []
+    late = counters.get("joined_late") or []
+    if late:
+        rows.append(("Joined late", f"{len(late)} agent(s); {counters.get('missing_before_join', 0):,} earlier "
+                                    "message(s) are not in this session (sent before it listened, or to a collector "
+                                    "that stopped)"))
+    if counters.get("recorder_dropped_records"):
+        rows.append(("Dropped by the recorder", f"{counters['recorder_dropped_records']:,} records (writer behind)"))
+    if counters.get("write_errors"):
+        rows.append(("Write errors", f"{counters['write_errors']:,} rows not written "
+                                     f"({counters.get('last_write_error') or 'no detail'})"))
+    return rows
 
 
 def money(cost: CostBreakdown, value: float) -> str:

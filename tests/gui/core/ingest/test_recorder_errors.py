@@ -13,6 +13,7 @@ from agent.schema import Step
 from gui.core.ingest.recorder import Recorder
 from gui.core.ingest.session import load, summarize
 from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
+from gui.core.report.model import ingest_quality_rows
 from tests.agent import hostile
 
 
@@ -55,6 +56,7 @@ def test_rows_that_cannot_be_stored_are_dropped_alone_and_recording_continues(tm
     assert sorted(int(s) for s, r in zip(data.steps["step"], data.steps["rank"], strict=True) if r == 1) == [1, 2, 3]
     summary = summarize(recorder.path)
     assert summary["write_errors"] == 4 and summary["last_write_error"] == recorder.last_write_error
+    assert dict(ingest_quality_rows(data.counters))["Write errors"].startswith("4 rows not written")
     assert summary["complete"]
 
 
@@ -94,6 +96,8 @@ def test_gaps_joined_late_and_sequences_are_stored_and_summarized(tmp_path: Path
     assert summary["sequences"] == {"late": {"first_seq": 40, "last_seq": 45, "messages": 3},
                                     "first": {"first_seq": 0, "last_seq": 0, "messages": 1}}
     assert summary["rejected"] == {"range": 1}
+    rows = dict(ingest_quality_rows(load(recorder.path).counters))  # the reports' data-quality section
+    assert "1 agent(s); 40 earlier message(s)" in rows["Joined late"] and "Write errors" not in rows
     connection = sqlite3.connect(recorder.path)
     try:
         (stored,) = connection.execute("SELECT LENGTH(detail) FROM rejections").fetchone()
