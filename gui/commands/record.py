@@ -14,10 +14,10 @@ import threading
 import time
 from types import FrameType
 
-from gui.commands._args import bind_endpoint, new_session_file, seconds, seconds_or_zero
+from gui.commands._args import bind_endpoint, new_session_file, positive_int, seconds, seconds_or_zero
 from gui.commands.keys import add_secure_arguments, secure_keys
 from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
-from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between progress lines on stderr (default %(default)g; 0: none)")
     parser.add_argument("--duration", type=seconds, default=None, metavar="SECONDS",
                         help="stop after this many seconds (default: run until Ctrl-C or SIGTERM)")
+    parser.add_argument("--queue-mb", type=positive_int, default=QUEUE_CAPACITY_BYTES // 2**20, metavar="MB",
+                        help="memory for records waiting to be written (default %(default)d MB); beyond it, "
+                             "records are dropped and counted")
     add_secure_arguments(parser)
 
 
@@ -40,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     keys, code = secure_keys(args, "record")
     if code:
         return code
-    recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)})
+    recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)}, queue_capacity_bytes=args.queue_mb << 20)
     try:
         recorder.start()
     except (OSError, ValueError) as exc:

@@ -30,20 +30,22 @@ from gui.core.ingest.session import load, summarize
 from tests.agent import hostile
 
 RSS_GROWTH_LIMIT_MB = 150
+"""The bound asserted: the recorder's queue budget (64 MB in the flood test, whose messages fill it; the fuzz test's
+small messages never do) + ZeroMQ's per-connection queue (RCVHWM 8 x a ~4 MB message) + decoding transients."""
 
 
 class Recording:
     """One `ringscope record` process; its output goes to files (a full pipe must never block it)."""
 
     def __init__(self, tmp_path: Path, name: str, bind: str = "tcp://127.0.0.1:0",
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, extra: tuple[str, ...] = ()) -> None:
         self.out = tmp_path / f"{name}.db"
         self.stdout_path = tmp_path / f"{name}.stdout"
         self.stderr_path = tmp_path / f"{name}.stderr"
         with self.stdout_path.open("w") as stdout, self.stderr_path.open("w") as stderr:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "gui.cli", "record", "--out", str(self.out), "--bind", bind,
-                 "--progress-s", "0"], stdout=stdout, stderr=stderr, text=True, preexec_fn=preexec,
+                 "--progress-s", "0", *extra], stdout=stdout, stderr=stderr, text=True, preexec_fn=preexec,
                 env={**os.environ, "PYTHONPATH": os.getcwd()})
         deadline = time.monotonic() + 60
         while "listening on" not in self.stdout_path.read_text() and time.monotonic() < deadline:
@@ -237,7 +239,7 @@ def test_fuzz_100k_hostile_messages_with_real_agents_loses_nothing_valid_and_sta
 
 
 def test_a_flood_of_large_valid_messages_stays_bounded_in_memory_and_counts_its_drops(recordings, push) -> None:
-    recording = recordings("flood")
+    recording = recordings("flood", extra=("--queue-mb", "64"))
     sock = push(recording.endpoint)
     text = "x" * 16_000
     per_message = 240  # 240 x 16 KB events: ~3.9 MB, just under the 4 MiB limit
