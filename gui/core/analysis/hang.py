@@ -52,6 +52,7 @@ class HangVerdict:
     unknown: tuple[int, ...]  # ranks alive but without a position (agents without heartbeats)
     devices: int
     stacks: dict[int, str] = field(default_factory=dict)
+    finished: tuple[int, ...] = ()  # ranks that already said goodbye while the others wait (uneven batches)
 
     def waited_s(self, now_s: float) -> float:
         """How long the waiting ranks have been in the collective (the longest of them)."""
@@ -65,6 +66,10 @@ class HangVerdict:
     def summary(self, now_s: float) -> str:
         """One sentence for the window, the reports and ``ringscope info``."""
         stalled = max(0.0, now_s - self.stalled_since_s)
+        if self.finished and self.waiting and not self.stuck:
+            names = ", ".join(f"rank {r}" for r in self.finished)
+            return (f"hung for {stalled:.0f} s: {names} finished (said goodbye) while {len(self.waiting)} rank(s) "
+                    f"wait in AllReduce for {self.waited_s(now_s):.0f} s — an uneven number of batches per rank?")
         if self.stuck:
             names = ", ".join(f"rank {p.rank} ({_where(p)})" for p in self.stuck)
             others = (f"; {len(self.waiting)} rank(s) wait in AllReduce for {self.waited_s(now_s):.0f} s"
@@ -89,7 +94,7 @@ def hang_threshold_s(median_step_s: float, minimum_s: float = MIN_THRESHOLD_S,
 
 def judge_hang(*, now_s: float, last_step_end_s: float, median_step_s: float, alive_ranks: set[int],
                positions: Mapping[int, RankPosition], devices: int, minimum_s: float = MIN_THRESHOLD_S,
-               multiple: float = STEP_MULTIPLE) -> HangVerdict | None:
+               multiple: float = STEP_MULTIPLE, finished_ranks: set[int] | None = None) -> HangVerdict | None:
     """The verdict, or None while the run progresses (or before its first step).
 
     Args:
@@ -99,6 +104,7 @@ def judge_hang(*, now_s: float, last_step_end_s: float, median_step_s: float, al
         alive_ranks: ranks whose agents were heard from within the lost timeout (heartbeats count).
         positions: the latest heartbeat position of each rank.
         devices: devices held by the run (for the cost of waiting).
+        finished_ranks: ranks that said goodbye (the others may wait for them forever).
     """
     if not math.isfinite(last_step_end_s) or not alive_ranks:
         return None
@@ -116,7 +122,8 @@ def judge_hang(*, now_s: float, last_step_end_s: float, median_step_s: float, al
             stuck.append(position)
     return HangVerdict(stalled_since_s=last_step_end_s, threshold_s=threshold, stuck=tuple(stuck),
                        waiting=tuple(waiting), unknown=tuple(unknown), devices=devices,
-                       stacks={p.rank: p.stack for p in stuck if p.stack})
+                       stacks={p.rank: p.stack for p in stuck if p.stack},
+                       finished=tuple(sorted(finished_ranks or ())))
 
 
 def _where(position: RankPosition) -> str:

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from agent.schema import Event, EventKind, Hello
+from agent.schema import Event, EventKind, Heartbeat, Hello, Step
 from agent.wire import Batch
+from gui.core.analysis.hang import MIN_THRESHOLD_S, HangVerdict, RankPosition, judge_hang
 from gui.core.analysis.runs import (
     ENDED_STATES,
+    HUNG,
     LOST,
     RUNNING,
     LaunchOutcome,
@@ -58,6 +60,10 @@ class _Run:
     recorded: bool = False  # reopened from a file: its state is the recorded one, never re-decided
     ended_s: float = math.nan
     frozen: RunRow | None = None  # the last row, kept when the store is released
+    positions: dict[int, RankPosition] = field(default_factory=dict)  # latest heartbeat per rank
+    rank_agent: dict[int, str] = field(default_factory=dict)  # which agent reports each rank
+    last_step_recv_s: float = math.nan  # when the latest step of any rank arrived
+    hang: HangVerdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,7 @@ class LiveRuns:
         self._pending: dict[str, deque[tuple[Batch, float]]] = {}
         self._early_launches: dict[str, LaunchOutcome] = {}
         self._version = 0
+        self.hang_minimum_s = MIN_THRESHOLD_S  # a run is hung after max(this, 20 x median step) without a step
 
     # ---- IngestSink (collector thread) ---------------------------------------------------------------------------
 
@@ -294,7 +301,14 @@ class LiveRuns:
     def _note(self, run: _Run, batch: Batch, recv_s: float) -> None:
         run.last_seen[batch.agent_id] = recv_s
         for record in batch.records:
-            if isinstance(record, Event) and record.event == EventKind.FINISHED:
+            if isinstance(record, Step):
+                run.last_step_recv_s = recv_s
+            elif isinstance(record, Heartbeat):
+                run.positions[record.rank] = RankPosition(record.rank, record.phase, record.since_s, record.step,
+                                                          record.bucket, recv_s, record.stack or _kept_stack(
+                                                              run.positions.get(record.rank), record))
+                run.rank_agent[record.rank] = batch.agent_id
+            elif isinstance(record, Event) and record.event == EventKind.FINISHED:
                 run.finished.add(batch.agent_id)
 
     def _store_of_agent(self, agent_id: str) -> LiveStore | None:
@@ -309,8 +323,33 @@ class LiveRuns:
                      and now - run.last_seen.get(a, run.agents[a].started_s) > self._lost_timeout_s)
         if run.stop_requested and run.launch is None:
             silent = 0  # stopping: ranks go quiet before the launcher has seen every process exit
+        run.hang = self._judge_hang(run, now) if not silent and len(run.finished) < len(agents) else None
         return decide_state(agents=len(agents), finished=len(run.finished & set(agents)), silent=silent,
-                            launch=run.launch)
+                            launch=run.launch, hung=run.hang is not None)
+
+    def _judge_hang(self, run: _Run, now: float) -> HangVerdict | None:
+        if run.store is None or not math.isfinite(run.last_step_recv_s):
+            return None
+        snap = run.store.snapshot(now)
+        finished = {rank for rank, agent in run.rank_agent.items() if agent in run.finished}
+        alive = {rank for rank, agent in run.rank_agent.items()
+                 if agent not in run.finished and now - run.last_seen.get(agent, -math.inf) <= self._lost_timeout_s}
+        alive |= {int(r) for r in snap.ranks.tolist() if int(r) not in run.rank_agent}  # agents without heartbeats
+        return judge_hang(now_s=now, last_step_end_s=run.last_step_recv_s, median_step_s=snap.step_pct_s[0],
+                          alive_ranks=alive, positions=run.positions, devices=max(len(snap.gpus), len(snap.ranks)),
+                          minimum_s=self.hang_minimum_s, finished_ranks=finished)
+
+    def hang(self, run_id: str) -> HangVerdict | None:
+        """The hang verdict of a run while it is hung (None otherwise)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run.hang if run is not None and run.state == HUNG else None
+
+    def agent_of_rank(self, run_id: str, rank: int) -> str | None:
+        """The agent id that reports ``rank`` in a run (for events about that rank), or None."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run.rank_agent.get(rank) if run is not None else None
 
     def _end_time(self, run: _Run, now: float) -> float:
         """When an ended run stopped costing: its last message, or the launcher's exit time, whichever is later.
@@ -360,3 +399,9 @@ class LiveRuns:
             devices=max(gpus, ranks), device_unit="GPU" if gpus else "rank",
             exit_code=run.launch.exit_code if run.launch is not None else None, in_memory=run.store is not None)
 
+
+def _kept_stack(previous: RankPosition | None, beat: Heartbeat) -> str | None:
+    """A stack is sent once per stuck episode: keep it while the rank stays in that same phase."""
+    if previous is not None and previous.since_s == beat.since_s and previous.phase == beat.phase:
+        return previous.stack
+    return None

@@ -145,3 +145,37 @@ def test_old_ended_runs_are_released_but_keep_their_row() -> None:
     assert [r.in_memory for r in rows] == [False, False, True, True]
     assert rows[0].state == FINISHED and rows[0].steps == 5 and not math.isnan(rows[0].duration_s)
     assert runs.store("run-0") is None
+
+
+def test_a_run_whose_ranks_stop_completing_steps_is_hung_and_names_the_rank_outside_the_collective() -> None:
+    from agent.schema import Heartbeat
+    from gui.core.analysis.runs import HUNG
+
+    runs = LiveRuns(lost_timeout_s=3.0)
+    end = feed(runs, "run", ["a0", "a1"], 50, T0)
+    t, seq = end, 100
+    while t < end + 12.0:  # both agents alive (heartbeats), no step completes
+        t += 1.0
+        seq += 1
+        runs.on_batch(batch("a0", [Heartbeat(t, 0, "collective", end + 0.01, 50, 3)], seq=seq), t)
+        stack = '  File "train.py", line 42, in train_step\n    blocker.wait()' if t - end > 5 else None
+        runs.on_batch(batch("a1", [Heartbeat(t, 1, "compute", end, 50, None, stack)], seq=seq), t)
+        state = runs.rows(now_s=t)[0].state
+        assert state == (HUNG if t - end > 10.0 else RUNNING), (t - end, state)
+    verdict = runs.hang("run")
+    assert verdict is not None and [p.rank for p in verdict.stuck] == [1] and [p.rank for p in verdict.waiting] == [0]
+    assert "line 42" in verdict.stacks[1]  # kept although later beats of the same episode carry no stack
+    assert runs.agent_of_rank("run", 1) == "a1"
+    # the rank comes back: steps again, running again
+    runs.on_batch(batch("a0", [step(0, 50, t + 0.5)], seq=seq + 1), t + 0.5)
+    assert runs.rows(now_s=t + 0.6)[0].state == RUNNING and runs.hang("run") is None
+
+
+def test_sigkill_of_a_rank_is_lost_not_hung() -> None:
+    from agent.schema import Heartbeat
+
+    runs = LiveRuns(lost_timeout_s=2.5)
+    end = feed(runs, "run", ["a0", "a1"], 50, T0)
+    for k in range(1, 4):  # a1 is dead: only a0 beats, waiting in the collective
+        runs.on_batch(batch("a0", [Heartbeat(end + k, 0, "collective", end, 50, 0)], seq=200 + k), end + k)
+    assert runs.rows(now_s=end + 3.0)[0].state == LOST
