@@ -81,9 +81,10 @@ class EventKind:
     ERROR: Final = "error"
     WARNING: Final = "warning"
     FINISHED: Final = "finished"
+    HANG: Final = "hang"  # written by the collector side (not an agent): a run stopped completing steps
 
     ALL: Final[frozenset[str]] = frozenset(
-        {STARTED, CHECKPOINT_SAVED, CHECKPOINT_RESTORED, RESTART, EPOCH, ERROR, WARNING, FINISHED}
+        {STARTED, CHECKPOINT_SAVED, CHECKPOINT_RESTORED, RESTART, EPOCH, ERROR, WARNING, FINISHED, HANG}
     )
 
 

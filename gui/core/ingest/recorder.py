@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agent import wire
-from agent.schema import FIELDS, SCHEMA_VERSION, Hello, Record, schema_version_str
+from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello, Record, schema_version_str
 from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
 from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 
@@ -224,6 +224,12 @@ class Recorder:
         self._queue.append(("launch", (run_id, state, exit_code, ts_s, detail), ts_s, 0))
         self._wake.set()
 
+    def note_event(self, agent_id: str, event: Event) -> None:
+        """Record an event the app observed about an agent's run (a hang): stored as if that agent had sent it, so
+        it belongs to the agent's run, without touching the agent's message counts and sequence numbers."""
+        self._queue.append(("event", (agent_id, event), event.ts_s, 0))
+        self._wake.set()
+
     # ---- Writer thread -------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -268,6 +274,9 @@ class Recorder:
                 touched.add(payload.agent_id)
             elif what == "launch":
                 tables["launches"].append(payload)
+            elif what == "event":
+                agent_id, event = payload
+                rows["event"].append(self._converters["event"](agent_id, ts, event))
             elif what == "gap":
                 late = payload.kind == JOINED_LATE
                 tables["gaps"].append((payload.agent_id, payload.expected_seq, payload.got_seq, payload.missing, ts,

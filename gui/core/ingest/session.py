@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, Hello
+from agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, EventKind, Hello
 from gui.core.analysis.runs import runs_of
 from gui.core.session_data import Columns, SessionData, columns_from_rows
 
@@ -130,6 +130,7 @@ def summarize(path: str | Path) -> dict[str, Any]:
         "complete": "closed_s" in meta,
         "run_ids": sorted({h.run_id for h in data.agents} | set(json.loads(meta.get("run_ids", "[]")))),
         "runs": [run.to_json() for run in runs_of(data)],
+        "hangs": _hangs(data),
         "ranks": data.ranks,
         "world_size": data.world_size,
         "steps_per_rank": per_rank,
@@ -218,6 +219,14 @@ def _meta(connection: sqlite3.Connection, path: Path) -> dict[str, str]:
     if missing:
         raise SessionFileError(f"{path} is missing the table(s) {', '.join(missing)}; the file is damaged")
     return meta
+
+
+def _hangs(data: SessionData) -> list[dict[str, Any]]:
+    """The hang events the app recorded (a run stopped completing steps), with the run they belong to."""
+    run_of = {h.agent_id: h.run_id for h in data.agents}
+    return [{"run_id": run_of.get(agent, ""), "ts_s": event.ts_s, "rank": event.rank, "step": event.step,
+             "stalled_s": event.duration_s, "text": event.text}
+            for event, agent in zip(data.events, data.event_agents, strict=False) if event.event == EventKind.HANG]
 
 
 def _minor(version: str) -> int:

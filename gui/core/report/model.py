@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agent.schema import EventKind
 from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
 from gui.core.analysis.recommendations import Recommendation, recommend
 from gui.core.analysis.summary import SessionAnalysis, analyze
@@ -67,6 +68,15 @@ NOT_MEASURED = ("phases not measured with Keras fit (data wait, compute and all-
                 "TimedStepRunner for the split)")
 
 
+def _hangs_text(report: Report) -> str:
+    """How often the run stopped completing steps, and the first verdict (its stacks are in the HTML report)."""
+    hangs = [e for e in report.session.events if e.event == EventKind.HANG]
+    if not hangs:
+        return "none detected"
+    first = (hangs[0].text or "").splitlines()[0] if hangs[0].text else "no detail"
+    return f"{len(hangs)}: {first}"
+
+
 def straggler_text(analysis: SessionAnalysis) -> str:
     """The straggler and its cause in one sentence, or why none was flagged."""
     s = analysis.straggler
@@ -103,6 +113,7 @@ def checkpoint_rows(report: Report) -> Rows:
         ("Interval", (f"median {duration_text(sorted(intervals)[len(intervals) // 2])}, longest "
                       f"{duration_text(max(intervals))}") if intervals else "n/a"),
         ("Restarts", str(a.restarts)),
+        ("Hangs", _hangs_text(report)),
         ("Errors", str(a.errors)),
         ("Work at risk", f"{hours_text(c.at_risk_hours)} {c.unit} = {money(c, c.at_risk_cost)} ({c.at_risk_reason})"),
     ]
