@@ -112,7 +112,8 @@ def catalogue() -> list[tuple[str, bytes, str]]:
         ("msgpack ext", msgpack.packb({"v": list(SCHEMA_VERSION), "a": "hostile", "q": 0, "t": 1.0,
                                        "r": [["step", [msgpack.ExtType(7, b"xx"), 1, 1.0, 2.0, 1.0]]]}), "malformed"),
         ("msgpack timestamp", envelope([["step", step_values(start_s=msgpack.Timestamp(1, 0))]]), "type"),
-        ("too many records", envelope([["step", step_values()]] * (wire.MAX_RECORDS_PER_MESSAGE + 1)), "limit"),
+        ("too many records", envelope([["step", step_values()]] * (wire.MAX_RECORDS_PER_MESSAGE + 1)), "malformed"),
+        ("device map too many keys", hello_with("devices", [{f"k{i}": i for i in range(65)}]), "malformed"),
         # decode's own error texts must survive these
         ("deep envelope 1005", raw_nested(1005), "malformed"),
         ("deep envelope 100k", raw_nested(100_000), "malformed"),
