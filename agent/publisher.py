@@ -180,14 +180,20 @@ class Publisher:
             socket.close(0)
             context.term()
             return
-        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        monitor: zmq.Socket | None
+        try:
+            monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        except zmq.ZMQError as exc:  # disconnects then go uncounted; telemetry itself is unaffected
+            log.debug("ringscope: no socket monitor (%s)", exc)
+            monitor = None
         next_hello = 0.0
         next_health = time.monotonic() + self._health_interval_s
         try:
             while True:
                 stopping = self._stop.wait(self._flush_interval_s)
                 now = time.monotonic()
-                self._count_disconnects(monitor)
+                if monitor is not None:
+                    self._count_disconnects(monitor)
                 if self._hello is not None and now >= next_hello:
                     self._pending_hello = self._hello()
                     next_hello = now + self._hello_interval_s
@@ -207,8 +213,9 @@ class Publisher:
             # exception") — the training's exit code must never depend on telemetry.
             connected = bool(socket.poll(0, zmq.POLLOUT))
             socket.setsockopt(zmq.LINGER, 1000 if connected else 0)
-            socket.disable_monitor()
-            monitor.close(0)
+            if monitor is not None:
+                socket.disable_monitor()
+                monitor.close(0)
             socket.close()
             context.term()
 
