@@ -45,8 +45,8 @@ def add_rank_families(families: Families, snap: Snapshot, run: tuple[str, str, s
             families.gauge(f"ringscope_rank_{phase}_seconds", f"{what}, seconds: {_WINDOW}.", RANK_LABELS, labels,
                            seconds[phase][row])
         for phase, _, what in _SECONDS[1:]:
-            families.gauge(f"ringscope_rank_{phase}_ratio", f"{what} as a share of the rank's step time (0..1), "
-                           f"{_WINDOW}.", RANK_LABELS, labels, shares[phase][row])
+            families.gauge(f"ringscope_rank_{phase}_ratio", f"{what} as a share of the rank's step time (0..1): "
+                           "its recent mean over the recent mean step.", RANK_LABELS, labels, shares[phase][row])
         families.counter("ringscope_rank_steps", "Steps of this rank received by this collector.", RANK_LABELS,
                          labels, _at(snap.rank_steps, row))
         families.counter("ringscope_rank_samples", "Samples this rank processed (only when its agent reports "
