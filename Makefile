@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo app test lint bench clean
+.PHONY: setup demo app test test-deps lint bench clean
 
 setup: $(STAMP)
 
@@ -27,8 +27,20 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: lint
+test: lint test-deps
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+# System packages the tests use: Debian's prometheus (tests/integration/test_metrics_endpoint.py scrapes the
+# metrics endpoint with a real Prometheus server). Installed once, when missing; without root, stop and say how.
+test-deps:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus \
+	    || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus; }; \
+	  else \
+	    echo "make test: the metrics tests need a Prometheus server: sudo apt-get install -y prometheus" >&2; \
+	    exit 1; \
+	  fi; }
 
 bench: setup
 	$(BIN)/python -m benchmarks

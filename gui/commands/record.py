@@ -1,7 +1,8 @@
 """Record telemetry headlessly into a session file: ringscope record --out SESSION.db [--bind ENDPOINT].
 
 Prints where it listens, a one-line progress report to stderr every few seconds, and stops cleanly on Ctrl-C or
-SIGTERM with everything received written to the file.
+SIGTERM with everything received written to the file. With --metrics-port it also keeps the live runs in memory
+and serves their metrics over HTTP to Prometheus (see the README's "Prometheus and Grafana").
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import time
 from types import FrameType
 
 from gui.commands._args import bind_endpoint, new_session_file, positive_int, seconds, seconds_or_zero
+from gui.commands._metrics import add_metrics_arguments, start_metrics
 from gui.commands.keys import add_secure_arguments, secure_keys
 from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
 from gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
+from gui.core.live.runs import LiveRuns
+from gui.core.metrics import MetricsServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory for records waiting to be written (default %(default)d MB); beyond it, "
                              "records are dropped and counted")
     add_secure_arguments(parser)
+    add_metrics_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,15 +49,22 @@ def run(args: argparse.Namespace) -> int:
     if code:
         return code
     recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)}, queue_capacity_bytes=args.queue_mb << 20)
+    # the metrics endpoint's live runs: a second sink next to the recorder (only when an endpoint is asked for)
+    runs = LiveRuns() if args.metrics_port is not None else None
+    collector = Collector(args.bind, [recorder] if runs is None else [recorder, runs], keys=keys)
+    metrics, failed = start_metrics(args, "record", runs, lambda: collector.counters, recorder)
+    if failed:
+        return 2  # before the session file exists: nothing written
     try:
         recorder.start()
     except (OSError, ValueError) as exc:
+        _close_metrics(metrics)
         print(f"ringscope record: cannot create {args.out}: {exc}", file=sys.stderr)
         return 2
-    collector = Collector(args.bind, [recorder], keys=keys)
     try:
         collector.start()
     except CollectorError as exc:
+        _close_metrics(metrics)
         recorder.close()
         recorder.path.unlink(missing_ok=True)
         print(f"ringscope record: {exc}", file=sys.stderr)
@@ -65,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(f"ringscope record: listening on {collector.endpoint}, writing {recorder.path} "
           f"(agents: RINGSCOPE_ENDPOINT={collector.endpoint}); Ctrl-C to stop", flush=True)
+    if metrics is not None:
+        print(f"ringscope record: metrics on {metrics.url} (Prometheus / OpenMetrics)", flush=True)
     started = time.monotonic()
     try:
         while not stop.wait(args.progress_s if args.progress_s > 0 else 1.0):
@@ -72,9 +86,12 @@ def run(args: argparse.Namespace) -> int:
                 break
             if args.progress_s > 0:
                 _progress(collector, recorder, time.monotonic() - started)
+            if runs is not None:
+                runs.refresh()  # run states move (and old runs leave memory) even when nobody scrapes
     finally:
         collector.close()
         recorder.close()
+        _close_metrics(metrics)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     counters = collector.counters
@@ -96,3 +113,8 @@ def _progress(collector: Collector, recorder: Recorder, elapsed_s: float) -> Non
           f"rejected {counters.rejected_total}  dropped {recorder.dropped_records}  "
           f"{recorder.file_bytes / 1e6:.1f} MB" + (f"  WRITE ERRORS {recorder.write_errors}" if recorder.write_errors
                                                    else ""), file=sys.stderr, flush=True)
+
+
+def _close_metrics(metrics: MetricsServer | None) -> None:
+    if metrics is not None:
+        metrics.close()
