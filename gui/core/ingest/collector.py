@@ -266,6 +266,8 @@ class Collector:
             return
         refusal = self._admit(batch)
         if refusal is not None:
+            if batch.agent_id in self._next_seq:  # counted as rejected: not a gap as well at its next message
+                self._next_seq[batch.agent_id] = batch.seq + 1
             self._reject(*refusal, recv_s, size)
             return
         gap = self._track(batch.agent_id, batch.seq, recv_s)

@@ -84,15 +84,17 @@ def test_caps_on_agents_ranks_and_run_ids_reject_and_count_while_known_agents_go
         sock.send(_step("a3", 0, rank=0))  # a fourth agent
         sock.send(_step("a0", 1, rank=1))
         sock.send(_step("a2", 3, rank=6))  # a seventh rank
-        assert wait_for(lambda: len(sink.batches) + len(sink.rejections) == 8)
+        sock.send(_step("a2", 4, rank=5))
+        assert wait_for(lambda: len(sink.batches) + len(sink.rejections) == 9)
     finally:
         collector.close()
-    assert [b.agent_id for b in sink.batches] == ["a0", "a1", "a2", "a0"]
+    assert [b.agent_id for b in sink.batches] == ["a0", "a1", "a2", "a0", "a2"]
     assert collector.counters.rejected == {"too_many_runs": 1, "too_many_ranks": 2, "too_many_agents": 1}
     texts = {r.reason: r.detail for r in sink.rejections}
     assert "at most 3" in texts["too_many_agents"] and "new session" in texts["too_many_agents"]
     assert "at most 2" in texts["too_many_runs"] and "at most 6" in texts["too_many_ranks"]
     assert collector.counters.agents == 3
+    assert collector.counters.gaps == 0  # a refused message is counted once, as rejected, not also as a gap
 
 
 def test_an_agents_first_message_after_seq_0_is_a_joined_late_range_not_a_gap(push, tmp_path) -> None:
