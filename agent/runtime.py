@@ -181,6 +181,7 @@ def start(
     run_id: str | None = None,
     keys: AgentKeys | None = None,
     sample_devices: bool = True,
+    heartbeat: bool = True,
     gpu_indices: Sequence[int] | None = None,
     rank_of_gpu: dict[int, int] | None = None,
     device_interval_s: float | None = None,
@@ -190,6 +191,7 @@ def start(
     """Build and start an ``Agent``. Arguments override the environment (see module docstring).
 
     ``ranks`` defaults to ``[rank]``; a process driving several replicas (MirroredStrategy) lists them all.
+    ``heartbeat=False`` sends no heartbeats (simulated clusters of a thousand agents in one process).
     ``gpu_indices`` are NVML indices to sample (map CUDA devices by UUID/PCI id, not index, under
     ``CUDA_VISIBLE_DEVICES``); ``rank_of_gpu`` tags each GPU's samples with the rank using it.
     """
@@ -243,7 +245,7 @@ def start(
         interval = device_interval_s or _env_float(ENV_DEVICE_INTERVAL) or 0.5
         probe = DeviceProbe(gpu_indices, rank_of_gpu)
         sampler = DeviceSampler(probe, publisher.put, interval).start()
-    agent = Agent(identity, publisher, sampler)
+    agent = Agent(identity, publisher, sampler, HEARTBEAT_INTERVAL_S if heartbeat else None)
     agent.event(EventKind.STARTED, rank=rank)
     return agent
 

@@ -360,7 +360,7 @@ def _start_agents(config: _Config, keys: AgentKeys | None = None) -> list[tuple[
         telemetry = start(framework="simulated", strategy="simulated", rank=first, local_rank=first % RANKS_PER_HOST,
                           world_size=config.ranks, ranks=group, node_rank=first // RANKS_PER_HOST, backend="simulated",
                           devices=devices, endpoint=config.endpoint, run_id=config.run_id, sample_devices=False,
-                          keys=keys)
+                          heartbeat=False, keys=keys)
         # Simulated ranks live on simulated hosts; the identity object is what the publisher re-sends.
         telemetry.identity.host = _host_of(first)
         agents.append((telemetry, group))

@@ -18,10 +18,15 @@ from types import FrameType
 from gui.commands._args import bind_endpoint, new_session_file, positive_int, seconds, seconds_or_zero
 from gui.commands._metrics import add_metrics_arguments, start_metrics
 from gui.commands.keys import add_secure_arguments, secure_keys
+from gui.core.analysis.hang import MIN_THRESHOLD_S
+from gui.core.analysis.runs import LOST_TIMEOUT_S, STATE_TEXT
 from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
 from gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
 from gui.core.live.runs import LiveRuns
+from gui.core.live.watch import RunWatcher
 from gui.core.metrics import MetricsServer
+
+WATCH_INTERVAL_S = 0.5  # how often run states are decided (a hang is named within this of crossing its threshold)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue-mb", type=positive_int, default=QUEUE_CAPACITY_BYTES // 2**20, metavar="MB",
                         help="memory for records waiting to be written (default %(default)d MB); beyond it, "
                              "records are dropped and counted")
+    parser.add_argument("--lost-timeout", type=seconds, default=LOST_TIMEOUT_S, metavar="SECONDS",
+                        help="an agent silent this long without saying goodbye is lost (default %(default)g; agents "
+                             "send a heartbeat every second)")
+    parser.add_argument("--hang-after", type=seconds, default=MIN_THRESHOLD_S, metavar="SECONDS",
+                        help="a run whose ranks are alive but complete no step for max(this, 20 x its median step) "
+                             "is hung (default %(default)g)")
     add_secure_arguments(parser)
     add_metrics_arguments(parser)
 
@@ -49,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if code:
         return code
     recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)}, queue_capacity_bytes=args.queue_mb << 20)
-    # the metrics endpoint's live runs: a second sink next to the recorder (only when an endpoint is asked for)
-    runs = LiveRuns() if args.metrics_port is not None else None
-    collector = Collector(args.bind, [recorder] if runs is None else [recorder, runs], keys=keys)
+    # the live runs: a second sink next to the recorder, for run states (lost, hung, finished) and the metrics
+    runs = LiveRuns(lost_timeout_s=args.lost_timeout)
+    runs.hang_minimum_s = args.hang_after
+    watcher = RunWatcher(runs, recorder.note_event)
+    collector = Collector(args.bind, [recorder, runs], keys=keys)
     metrics, failed = start_metrics(args, "record", runs, lambda: collector.counters, recorder)
     if failed:
         return 2  # before the session file exists: nothing written
@@ -80,14 +93,16 @@ def run(args: argparse.Namespace) -> int:
     if metrics is not None:
         print(f"ringscope record: metrics on {metrics.url} (Prometheus / OpenMetrics)", flush=True)
     started = time.monotonic()
+    last_progress = started
     try:
-        while not stop.wait(args.progress_s if args.progress_s > 0 else 1.0):
-            if args.duration is not None and time.monotonic() - started >= args.duration:
+        while not stop.wait(WATCH_INTERVAL_S):
+            now = time.monotonic()
+            if args.duration is not None and now - started >= args.duration:
                 break
-            if args.progress_s > 0:
-                _progress(collector, recorder, time.monotonic() - started)
-            if runs is not None:
-                runs.refresh()  # run states move (and old runs leave memory) even when nobody scrapes
+            _watch(watcher)  # run states move (lost, hung, finished) and hangs are recorded, scraped or not
+            if args.progress_s > 0 and now - last_progress >= args.progress_s:
+                last_progress = now
+                _progress(collector, recorder, now - started)
     finally:
         collector.close()
         recorder.close()
@@ -104,6 +119,16 @@ def run(args: argparse.Namespace) -> int:
               "and health", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _watch(watcher: RunWatcher) -> None:
+    """Refresh the runs; one line per state change, the hang verdict with the stuck ranks' stacks."""
+    notices = watcher.tick()
+    for run_id, old, new in watcher.transitions:
+        print(f"ringscope record: run {run_id}: {old} -> {new} ({STATE_TEXT.get(new, new)})", file=sys.stderr,
+              flush=True)
+    for notice in notices:
+        print(f"ringscope record: run {notice.run_id} {notice.text}", file=sys.stderr, flush=True)
 
 
 def _progress(collector: Collector, recorder: Recorder, elapsed_s: float) -> None:

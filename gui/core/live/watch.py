@@ -40,11 +40,13 @@ class RunWatcher:
         self._runs = runs
         self._record = record
         self._reported: dict[str, float] = {}  # run id -> stalled_since_s of the hang already written
+        self.transitions: list[tuple[str, str, str]] = []  # the last tick's (run id, old state, new state)
 
     def tick(self, now_s: float | None = None) -> list[HangNotice]:
-        """Refresh the runs; returns the hangs that started since the last tick (each is written once)."""
+        """Refresh the runs; returns the hangs that started since the last tick (each is written once). The state
+        changes of the tick are in ``transitions``."""
         now = time.time() if now_s is None else now_s
-        self._runs.refresh(now)
+        self.transitions = self._runs.refresh(now)
         notices = []
         for run_id in self._runs.run_ids():
             verdict = self._runs.hang(run_id)
