@@ -52,6 +52,9 @@ from agent.torch_ddp.hook import COMPRESSIONS, comm_hook_for
 from agent.torch_ddp.identity import RankIdentity, rank_identity
 from agent.torch_ddp.probe import Probe, StepReport, TimedLoader, register_timing_hook
 
+ZERO_CODE_ATTRIBUTE = "_ringscope_zero_code"
+"""Attribute of a DDP model that zero-code (``agent.inject``) instrumented: its attachment (see ``instrument``)."""
+
 
 def instrument(
     ddp_model: Any,
@@ -68,17 +71,39 @@ def instrument(
 
     Call after wrapping the model in DDP and before the first backward (DDP takes a comm hook only then).
     Raises ``ValueError`` when ``ddp_model`` is not a DDP model or already has a comm hook.
+
+    Under ``ringscope run`` (zero-code) the model already carries Ringscope's probe: ``instrument`` then returns
+    that probe, switched to this script's own step marks (``step_done``) and loader, with ``comm_hook`` wrapped in
+    place of plain all-reduce; ``agent``, ``endpoint`` and ``run_id`` are ignored (the run's environment decides).
+    Nothing is measured twice.
     """
     if not hasattr(ddp_model, "register_comm_hook"):
         raise ValueError(
             f"instrument() needs a torch.nn.parallel.DistributedDataParallel model, got {type(ddp_model).__name__}; "
             "wrap the model with DDP(model) first"
         )
+    attached = getattr(ddp_model, ZERO_CODE_ATTRIBUTE, None)
+    if attached is not None:  # zero-code instrumented this model at construction: hand its probe over
+        probe: Probe = attached.hand_over(loader, comm_hook=comm_hook, comm_state=comm_state, to_device=to_device)
+        return probe
     if getattr(ddp_model, "_comm_hooks", None):
         raise ValueError(
             "this DDP model already has a communication hook and DDP allows only one; instead of registering it "
             "yourself, pass it to instrument(model, loader, comm_hook=hook, comm_state=state) so Ringscope wraps it"
         )
+    probe = new_probe(ddp_model, agent=agent, endpoint=endpoint, run_id=run_id)
+    register_timing_hook(ddp_model, probe, comm_hook, comm_state)
+    if loader is not None:
+        probe.loader = probe.wrap_loader(loader, to_device=to_device)
+    return probe
+
+
+def new_probe(
+    ddp_model: Any, *, agent: Agent | None = None, endpoint: str | None = None, run_id: str | None = None
+) -> Probe:
+    """A ``Probe`` for ``ddp_model``'s rank, with no comm hook registered yet (``instrument`` and zero-code
+    register theirs). Starts an agent from torchrun's environment unless ``agent`` is given; reports a torchrun
+    restart."""
     identity = rank_identity(ddp_model)
     owns_agent = agent is None
     if agent is None:
@@ -90,9 +115,6 @@ def instrument(
             rank_of_gpu=None if identity.nvml_index is None else {identity.nvml_index: identity.rank},
         )
     probe = Probe(agent, identity, owns_agent=owns_agent)
-    register_timing_hook(ddp_model, probe, comm_hook, comm_state)
-    if loader is not None:
-        probe.loader = probe.wrap_loader(loader, to_device=to_device)
     if identity.restart_count > 0:
         agent.event(EventKind.RESTART, rank=identity.rank, text=f"torchrun restart {identity.restart_count}")
     return probe
@@ -100,10 +122,12 @@ def instrument(
 
 __all__ = [
     "COMPRESSIONS",
+    "ZERO_CODE_ATTRIBUTE",
     "Probe",
     "RankIdentity",
     "StepReport",
     "TimedLoader",
     "comm_hook_for",
     "instrument",
+    "new_probe",
 ]
