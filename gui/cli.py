@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "report": "gui.commands.report",
     "compare": "gui.commands.compare",
     "keys": "gui.commands.keys",
+    "run": "gui.commands.run",
 }
 DEFAULT_COMMAND = "window"
 _TOP_LEVEL_ONLY = ("-h", "--help", "--version")

@@ -78,6 +78,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             self.script_radio.setChecked(not spec.uses_reference)
             self.script_edit.setText("" if spec.uses_reference else spec.trainer)
             self.args_edit.setText(shlex.join(spec.script_args))
+            self.zero_code_check.setChecked(spec.zero_code)
             self.python_edit.setText(spec.python)
             self.processes_spin.setValue(spec.processes)
             self.base_port_edit.setText("" if spec.base_port is None else str(spec.base_port))
@@ -121,6 +122,13 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.args_edit = QtWidgets.QLineEdit()
         self.args_edit.setPlaceholderText("arguments, shell quoting")
         form.addRow("Arguments", self.args_edit)
+        self.zero_code_check = QtWidgets.QCheckBox("Instrument automatically (no code change)")
+        self.zero_code_check.setToolTip(
+            "Ringscope's agent is injected into your unmodified script, as with 'ringscope run': PyTorch DDP "
+            "models, DataLoaders and optimizer steps, Keras fit under a tf.distribute strategy, tf.function loops "
+            "calling strategy.run.\nTurn it off for a script that reports through the agent itself "
+            "(a script using instrument() or RingscopeCallback is measured once either way).")
+        form.addRow("Ringscope", self.zero_code_check)
         self.python_edit = QtWidgets.QLineEdit()
         form.addRow("Python", self.python_edit)
         self.processes_spin = QtWidgets.QSpinBox()
@@ -184,6 +192,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.env_edit.textChanged.connect(self._refresh)
         self.kind_combo.currentIndexChanged.connect(self._refresh)
         self.reference_radio.toggled.connect(self._refresh)
+        self.zero_code_check.toggled.connect(self._refresh)
         self.processes_spin.valueChanged.connect(self._refresh)
         for widget in self.option_widgets.values():
             _connect_changed(widget, self._refresh)
@@ -230,6 +239,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             env=env,
             python=self.python_edit.text().strip() or sys.executable,
             base_port=base_port,
+            zero_code=self.zero_code_check.isChecked(),
         )
         return spec, errors
 
@@ -244,6 +254,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             return
         self._form.setRowVisible(self.script_edit.parentWidget(), not reference)
         self._form.setRowVisible(self.args_edit, not reference)
+        self._form.setRowVisible(self.zero_code_check, not reference)
         self._form.setRowVisible(self.base_port_edit, kind == "tf_multi_worker")
         label = self._form.labelForField(self.processes_spin)
         if isinstance(label, QtWidgets.QLabel):

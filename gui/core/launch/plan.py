@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from agent.inject import injection_env
 from gui.core.launch.options import format_option
 from gui.core.launch.spec import LaunchSpec, new_run_id
 
@@ -53,7 +54,8 @@ def build_commands(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | 
 
     The spec's run id is used (a fresh one if it has none); every process gets ``RINGSCOPE_ENDPOINT``,
     ``RINGSCOPE_RUN_ID``, ``PYTHONUNBUFFERED=1`` (so its output reaches the process panel line by line) and
-    ``agent_env`` (e.g. the collector's access token).
+    ``agent_env`` (e.g. the collector's access token). A user's script with ``spec.zero_code`` also gets the
+    injection environment of ``agent.inject`` (the bootstrap first on ``PYTHONPATH``), as under ``ringscope run``.
     """
     run_id = spec.run_id or new_run_id()
     base_env = dict(spec.env)
@@ -62,6 +64,9 @@ def build_commands(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | 
         # Reference trainers are a package of this project: make them importable whatever the working directory.
         base_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PROJECT_ROOT), base_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p)
+    elif spec.injects:
+        current = {"PYTHONPATH": base_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))}
+        base_env.update(injection_env(current))
     program = _program(spec)
     cwd = spec.working_dir
     if spec.kind == "ddp":

@@ -43,6 +43,8 @@ class LaunchSpec:
         run_id: one id per launch; None lets the launcher assign a fresh one.
         python: the interpreter that runs everything (torchrun is run as ``python -m torch.distributed.run``).
         base_port: first TF_CONFIG port for MultiWorkerMirroredStrategy; None picks free ports.
+        zero_code: inject Ringscope into the user's unmodified script (``agent.inject``, as ``ringscope run``
+            does); off for scripts that instrument themselves. Reference trainers instrument themselves: ignored.
     """
 
     kind: LaunchKind = "ddp"
@@ -55,6 +57,7 @@ class LaunchSpec:
     run_id: str | None = None
     python: str = sys.executable
     base_port: int | None = None
+    zero_code: bool = True
 
     @property
     def framework(self) -> Framework | None:
@@ -65,6 +68,11 @@ class LaunchSpec:
     def uses_reference(self) -> bool:
         """True when the project's reference trainer is launched (then ``options`` apply)."""
         return self.trainer == REFERENCE
+
+    @property
+    def injects(self) -> bool:
+        """True when Ringscope is injected into the launched script (the user's script with ``zero_code``)."""
+        return self.zero_code and not self.uses_reference
 
     def title(self) -> str:
         """A one-line description for lists (e.g. the "Recent" list)."""
@@ -102,6 +110,7 @@ class LaunchSpec:
                 env={str(k): str(v) for k, v in dict(data.get("env", {})).items()},
                 python=str(data.get("python") or sys.executable),
                 base_port=None if data.get("base_port") is None else int(data["base_port"]),
+                zero_code=bool(data.get("zero_code", True)),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"saved launch is malformed ({error}); it will be ignored") from error

@@ -1,0 +1,156 @@
+"""Run an unmodified training with Ringscope injected: ringscope run [--endpoint E] [--run-id ID] -- COMMAND ...
+
+    ringscope run -- torchrun --nproc-per-node 2 train.py --epochs 3
+    ringscope run --endpoint tcp://master:5757 -- python train_tf.py
+
+Every Python process of COMMAND (torchrun's ranks included) starts with Ringscope's bootstrap on PYTHONPATH and
+RINGSCOPE_ENDPOINT / RINGSCOPE_RUN_ID in its environment (one run id for all of them): PyTorch DDP models, their
+DataLoaders and optimizer steps, Keras fit under a tf.distribute strategy and tf.function loops that call
+strategy.run are measured without a code change (see README, "Instrument your training"). Telemetry goes to a
+window or `ringscope record` listening at the endpoint. With RINGSCOPE_DISABLE=1 the command runs untouched.
+
+COMMAND runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to ringscope run are forwarded to that group
+(at a terminal, COMMAND gets the terminal, so Ctrl-C reaches it directly). The exit code is COMMAND's: its own
+code, 128+N when a signal N ended it, 127 when it cannot be found and 126 when it cannot be executed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from agent.inject import disabled_by_environment, injection_env
+from agent.publisher import DEFAULT_ENDPOINT
+from agent.runtime import ENV_ENDPOINT, ENV_RUN_ID
+from gui.core.launch.spec import new_run_id
+
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ringscope run``."""
+    parser.add_argument("--endpoint", default=None, metavar="ENDPOINT",
+                        help=f"collector the agents send to (default: $RINGSCOPE_ENDPOINT, else {DEFAULT_ENDPOINT})")
+    parser.add_argument("--run-id", default=None, metavar="ID",
+                        help="run id shared by all processes (default: $RINGSCOPE_RUN_ID, else a fresh one)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the training command, after --")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command with the injection environment; return its exit code."""
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("ringscope run: no command given; usage: ringscope run [--endpoint E] [--run-id ID] -- COMMAND ...",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.endpoint is not None and "://" not in args.endpoint:
+        print(f"ringscope run: argument --endpoint: expected a ZeroMQ endpoint such as tcp://HOST:PORT, got "
+              f"{args.endpoint!r}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_command(command, command_env(os.environ, endpoint=args.endpoint, run_id=args.run_id))
+
+
+def command_env(base: dict[str, str] | os._Environ[str], *, endpoint: str | None, run_id: str | None) -> dict[str, str]:
+    """``base`` plus the injection (or ``base`` unchanged, said once on stderr, under ``RINGSCOPE_DISABLE=1``)."""
+    env = dict(base)
+    if disabled_by_environment(env):
+        print("ringscope run: RINGSCOPE_DISABLE is set: running the command without Ringscope", file=sys.stderr)
+        return env
+    env.update(injection_env(
+        env,
+        endpoint=endpoint or env.get(ENV_ENDPOINT) or DEFAULT_ENDPOINT,
+        run_id=run_id or env.get(ENV_RUN_ID) or new_run_id(),
+    ))
+    return env
+
+
+def run_command(command: Sequence[str], env: dict[str, str]) -> int:
+    """Start ``command`` in its own process group, forward signals to it, wait, and return its exit code."""
+    pending: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child is None:
+            pending.append(signum)  # arrived before the child existed: sent once it does
+            return
+        _signal_group(child.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    terminal = _foreground_terminal()
+    try:
+        try:
+            child = subprocess.Popen(list(command), env=env, preexec_fn=_own_group(terminal))
+        except FileNotFoundError:
+            print(f"ringscope run: command not found: {command[0]}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        except PermissionError as exc:
+            print(f"ringscope run: cannot execute {command[0]}: {exc.strerror}", file=sys.stderr)
+            return EXIT_NOT_EXECUTABLE
+        for signum in pending:
+            _signal_group(child.pid, signum)
+        code = child.wait()
+    finally:
+        if terminal is not None:
+            _take_terminal_back(terminal)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):  # already gone
+        pass
+
+
+def _foreground_terminal() -> int | None:
+    """stdin's file descriptor when it is a terminal whose foreground group is ours, else None."""
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+            return fd
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _own_group(terminal: int | None) -> Callable[[], None]:
+    """What the child runs before exec: its own process group, and the terminal's foreground if we had it."""
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if terminal is not None:
+            try:
+                _set_foreground(terminal, os.getpgrp())
+            except OSError:  # the terminal went away: run in the background group
+                pass
+
+    return setup
+
+
+def _take_terminal_back(terminal: int) -> None:
+    try:
+        _set_foreground(terminal, os.getpgrp())
+    except OSError:
+        pass
+
+
+def _set_foreground(fd: int, group: int) -> None:
+    # A background group calling tcsetpgrp gets SIGTTOU (which would stop it): ignore it for the call.
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(fd, group)
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
