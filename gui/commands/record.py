@@ -26,7 +26,7 @@ from gui.core.live.runs import LiveRuns
 from gui.core.live.watch import RunWatcher
 from gui.core.metrics import MetricsServer
 
-WATCH_INTERVAL_S = 0.5  # how often run states are decided (a hang is named within this of crossing its threshold)
+WATCH_INTERVAL_S = 0.25  # how often run states are decided (a hang is named within this of crossing its threshold)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

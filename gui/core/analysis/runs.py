@@ -42,9 +42,9 @@ STATE_TEXT: Final[dict[str, str]] = {
     UNFINISHED: "unfinished: the recording ended while the run was going",
 }
 
-LOST_TIMEOUT_S: Final[float] = 2.5
+LOST_TIMEOUT_S: Final[float] = 2.0
 """A rank (agent) with no message for this long, without a goodbye, is gone. Agents send a heartbeat every second,
-so 2.5 s of silence is a dead process (a SIGKILLed rank is lost within 3 s), not a busy one."""
+so 2 s of silence (two missed beats) is a dead process (a SIGKILLed rank is lost within 3 s), not a busy one."""
 
 
 @dataclass(frozen=True, slots=True)
