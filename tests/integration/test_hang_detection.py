@@ -99,7 +99,7 @@ def test_a_rank_blocked_forever_is_named_hung_with_its_stack(recording: tuple) -
     try:
         blocked_at = float(output.wait_for("BLOCKING", 120)[1].split()[1])
         detected_at, line = record_lines.wait_for("-> hung", THRESHOLD_S + 30)
-        verdict_at, verdict = record_lines.wait_for("did not reach the collective", 5)
+        _, verdict = record_lines.wait_for("did not reach the collective", 5)
         # the threshold counts from the last completed step, a few ms before rank 1 blocked
         print(f"hung named {detected_at - blocked_at:.2f} s after rank 1 blocked (threshold {THRESHOLD_S:g} s)")
         assert detected_at - blocked_at <= THRESHOLD_S + 3.0, (detected_at - blocked_at, line)
