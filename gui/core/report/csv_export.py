@@ -18,6 +18,7 @@ import numpy as np
 
 from agent.schema import FIELD_NAMES
 from gui.core.analysis.summary import phase_seconds
+from gui.core.report.html import give_user_mode
 from gui.core.report.progress import Progress
 from gui.core.session_data import Columns, SessionData
 
@@ -52,6 +53,7 @@ def write_csv(session: SessionData, directory: str | Path, progress: Progress | 
             tmp.unlink(missing_ok=True)
         raise
     for tmp, final in pending:
+        give_user_mode(tmp)
         os.replace(tmp, final)
     return [final for _, final in pending]
 

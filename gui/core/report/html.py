@@ -11,6 +11,7 @@ import contextlib
 import html
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -117,10 +118,38 @@ def atomic_target(target: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        give_user_mode(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def give_user_mode(path: str | Path) -> None:
+    """Give a finished temporary file the mode any new file of the user gets (``0o666`` less the umask).
+
+    ``tempfile.mkstemp`` creates files ``0600``; renamed into place as they are, every export would be private to
+    its writer, unlike everything else the user saves. Every export writer calls this just before its rename.
+    """
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it, racing other threads' new files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:  # no /proc (macOS): set-and-restore, as briefly as possible
+        old = os.umask(0o077)
+        os.umask(old)
+    return old
+
+
+_UMASK_LOCK = threading.Lock()
 
 
 def write_text_atomically(target: Path, text: str) -> Path:

@@ -19,6 +19,7 @@ import numpy as np
 
 from gui.core.analysis.summary import phase_seconds
 from gui.core.phases import PHASES
+from gui.core.report.html import give_user_mode
 from gui.core.report.progress import Progress
 from gui.core.session_data import SessionData
 
@@ -59,6 +60,7 @@ def write_trace(session: SessionData, path: str | Path, progress: Progress | Non
                     first = False
             handle.write("\n]}\n")
             progress(1.0, "trace written")  # the last chance to cancel, before the file appears
+        give_user_mode(tmp)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
