@@ -1,7 +1,9 @@
-"""Composition root: builds the collector, live store, recorder and main window, and wires them together.
+"""Composition root: builds the collector, the live runs, the recorder and the main window, and wires them together.
 
 Nothing else creates these objects for the window. ``build_window`` is usable by tests without ``app.exec()``;
-``run`` is what ``ringscope`` / ``ringscope window`` calls.
+``run`` is what ``ringscope`` / ``ringscope window`` calls. ``build_viewer`` / ``run_viewer`` show a recorded
+session read-only in the same window (``ringscope open S.db``, File ▸ Open session…): no collector, no launcher,
+no recorder.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from agent.keys import ENV_KEY, CollectorKeys
+from gui.core.analysis.runs import launch_outcome
 from gui.core.ingest.collector import Collector, CollectorError
 from gui.core.ingest.recorder import Recorder
 from gui.core.ingest.session import load as load_session
 from gui.core.launch import Launcher, connect_endpoint
 from gui.core.live.live_analysis import LiveAnalyzer
+from gui.core.live.runs import LiveRuns
 from gui.core.live.store import LiveStore
 from gui.core.session_data import SessionData
 from gui.views import theme
+from gui.views.qt_background import start_background
 from gui.views.qt_cost_panel import QtCostPanel
 from gui.views.qt_main_window import QtMainWindow
 from gui.views.qt_preferences import Preferences, load_preferences
@@ -43,16 +48,24 @@ def default_session_path() -> Path:
 
 @dataclass
 class WindowParts:
-    """Everything ``build_window`` made; ``close()`` stops it in the right order."""
+    """Everything ``build_window`` made; ``close()`` stops it in the right order.
+
+    ``store`` is the store of the run the window shows now (an empty store before any run).
+    """
 
     window: QtMainWindow
-    store: LiveStore
+    runs: LiveRuns
     collector: Collector
     recorder: Recorder | None
     launcher: Any = None
     analyzer: LiveAnalyzer | None = None
     simulation_stop: threading.Event = field(default_factory=threading.Event)
     simulation: threading.Thread | None = None
+
+    @property
+    def store(self) -> LiveStore:
+        """The selected run's live store (what every card and chart shows)."""
+        return self.window.store
 
     def close(self) -> None:
         """Stop the simulation, the timer, the collector, then the recorder (so it gets every last record)."""
@@ -62,12 +75,36 @@ class WindowParts:
         if self.analyzer is not None:
             self.analyzer.close()
         if self.launcher is not None and hasattr(self.launcher, "close"):
+            self.runs.note_stop_requested(None)
             self.launcher.close()
+            _note_launch_outcomes(self.window, self.runs, self.recorder)  # runs stopped by closing the window
         if self.simulation is not None:
             self.simulation.join(10)
         self.collector.close()
         if self.recorder is not None:
             self.recorder.close()
+
+
+@dataclass
+class ViewerParts:
+    """A read-only window over a recorded session (``build_viewer``)."""
+
+    window: QtMainWindow
+    runs: LiveRuns
+    path: Path | None
+    analyzer: LiveAnalyzer | None = None
+
+    @property
+    def store(self) -> LiveStore:
+        """The selected run's store."""
+        return self.window.store
+
+    def close(self) -> None:
+        """Stop the timers and the analyzer."""
+        self.window.timer.stop()
+        self.window.cost_timer.stop()
+        if self.analyzer is not None:
+            self.analyzer.close()
 
 
 def build_window(*, bind: str | None = None, record_to: str | Path | None = None, record: bool = True,
@@ -82,8 +119,8 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     prefs = preferences or load_preferences()
     if bind:
         prefs = replace(prefs, endpoint=bind)
-    store = LiveStore(lost_timeout_s=prefs.lost_timeout_s)
-    collector = Collector(prefs.endpoint, sinks=[store], keys=keys)
+    runs = LiveRuns(lost_timeout_s=prefs.lost_timeout_s)
+    collector = Collector(prefs.endpoint, sinks=[runs], keys=keys)
     recorder: Recorder | None = None
     if record:
         path = Path(record_to) if record_to else default_session_path()
@@ -98,24 +135,104 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
         raise
     launcher = Launcher(connect_endpoint(collector.endpoint),
                         agent_env={ENV_KEY: keys.agent_keys.token} if keys is not None else None)
-    session_source = _session_source(store, recorder)
     window_ref: list[QtMainWindow] = []
-
-    def price() -> float | None:  # read on the analyzer's thread: a float attribute, no Qt call
-        current = window_ref[0].preferences if window_ref else prefs
-        return current.price_per_gpu_hour or None
-
-    analyzer = LiveAnalyzer(session_source, price)
-    window = QtMainWindow(store, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
+    session_source = _session_source(recorder)
+    analyzer = LiveAnalyzer(session_source or (lambda: window_ref[0].store.to_session_data()),
+                            _price_reader(window_ref, prefs), priced_until=runs.priced_until)
+    window = QtMainWindow(runs, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
                           launcher=launcher, cost_panel=QtCostPanel(), analyzer=analyzer,
                           session_source=session_source,
                           access_token=keys.agent_keys.token if keys is not None else None)
     window_ref.append(window)
+    if window.process_panel is not None:
+        window.process_panel.sig_run_finished.connect(
+            lambda run_id, _ok: _note_launch_outcomes(window, runs, recorder, run_id))
+    window.sig_open_requested.connect(lambda path: open_viewer(path, prefs))
     analyzer.start()
-    parts = WindowParts(window, store, collector, recorder, launcher, analyzer)
+    parts = WindowParts(window, runs, collector, recorder, launcher, analyzer)
     if simulate_ranks:
         parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {}, keys)
     return parts
+
+
+def build_viewer(path: str | Path | None = None, *, runs: LiveRuns | None = None, data: SessionData | None = None,
+                 preferences: Preferences | None = None) -> ViewerParts:
+    """A read-only window over a recorded session (no collector, launcher or recorder). A QApplication must exist.
+
+    Give the session file (``path``), or its loaded ``data``, or the ``runs`` rebuilt from it already
+    (``gui.core.live.replay.runs_from_session``). Raises ``SessionFileError`` for a file that is not a session.
+    """
+    from gui.core.live.replay import runs_from_session
+
+    prefs = preferences or load_preferences()
+    if data is None and path is not None and runs is None:
+        data = load_session(path)
+    if runs is None:
+        runs = runs_from_session(data if data is not None else SessionData(), lost_timeout_s=prefs.lost_timeout_s)
+    window_ref: list[QtMainWindow] = []
+    loaded = data
+    source = (lambda: loaded) if loaded is not None else None
+    analyzer = LiveAnalyzer(source or (lambda: window_ref[0].store.to_session_data()),
+                            _price_reader(window_ref, prefs), priced_until=runs.priced_until)
+    label = str(path) if path is not None else "recorded session"
+    window = QtMainWindow(runs, preferences=prefs, cost_panel=QtCostPanel(), analyzer=analyzer,
+                          session_source=source, read_only=label)
+    window_ref.append(window)
+    window.sig_open_requested.connect(lambda other: open_viewer(other, prefs))
+    analyzer.start()
+    window.refresh_runs()  # rows and the latest run selected before the first paint
+    return ViewerParts(window, runs, Path(path) if path is not None else None, analyzer)
+
+
+_viewers: list[ViewerParts] = []
+
+
+def open_viewer(path: str | Path, preferences: Preferences | None = None) -> None:
+    """Open a recording in a new read-only window (File ▸ Open session…): loaded on a worker thread, shown when
+    ready; a file that is not a session is reported in a message box."""
+    from gui.core.live.replay import runs_from_session
+
+    prefs = preferences or load_preferences()
+
+    def load() -> tuple[SessionData, LiveRuns]:
+        data = load_session(path)
+        return data, runs_from_session(data, lost_timeout_s=prefs.lost_timeout_s)
+
+    def show(result: tuple[SessionData, LiveRuns]) -> None:
+        data, runs = result
+        parts = build_viewer(path, runs=runs, data=data, preferences=prefs)
+        _viewers.append(parts)
+        parts.window.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        parts.window.destroyed.connect(lambda *_a, p=parts: _forget_viewer(p))
+        parts.window.show()
+
+    job = start_background(load, f"opening {path}")
+    job.sig_done.connect(show)
+    job.sig_failed.connect(lambda text: QtWidgets.QMessageBox.warning(
+        None, "Open session", f"Could not open {path}:\n{text.split(chr(10) * 2)[0]}"))
+
+
+def run_viewer(path: str | Path, *, data: SessionData | None = None) -> int:
+    """``ringscope open S.db``: show a recorded session (``data``: loaded already) read-only until the window
+    closes. Returns the exit code."""
+    problem = missing_display()
+    if problem:
+        print(f"ringscope: {problem}", file=sys.stderr)
+        return 2
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    app.setOrganizationName("Ringscope")
+    app.setApplicationName("Ringscope")
+    prefs = load_preferences()
+    theme.apply_theme(app, prefs.theme)
+    parts = build_viewer(path, data=data, preferences=prefs)
+    parts.window.show()
+    _quit_on_signals(app)
+    try:
+        return int(app.exec())
+    finally:
+        parts.close()
+        for viewer in list(_viewers):
+            viewer.close()
 
 
 def run(*, bind: str | None = None, record_to: str | None = None, demo: object | None = None,
@@ -171,12 +288,44 @@ def _quit_on_signals(app: QtWidgets.QApplication) -> None:
     heartbeat.start(200)
 
 
-def _session_source(store: LiveStore, recorder: Recorder | None) -> Callable[[], SessionData]:
-    """Where whole-session figures come from: the recording (complete) or, without one, the live store (recent)."""
+def _session_source(recorder: Recorder | None) -> Callable[[], SessionData] | None:
+    """Where whole-run figures come from: the recording (complete); None without one (the runs' live stores)."""
     if recorder is None:
-        return store.to_session_data
+        return None
     path = recorder.path
     return lambda: load_session(path)
+
+
+def _price_reader(window_ref: list[QtMainWindow], prefs: Preferences) -> Callable[[], float | None]:
+    def price() -> float | None:  # read on the analyzer's thread: a float attribute, no Qt call
+        current = window_ref[0].preferences if window_ref else prefs
+        return current.price_per_gpu_hour or None
+
+    return price
+
+
+def _note_launch_outcomes(window: QtMainWindow, runs: LiveRuns, recorder: Recorder | None,
+                          run_id: str | None = None) -> None:
+    """Tell the runs and the recording how launched runs ended (all of a run's processes final): stopped from the
+    window, failed (a process exited non-zero on its own) or finished. ``None``: every launched run that ended."""
+    launcher = window.launcher
+    if launcher is None:
+        return
+    for run in launcher.runs:
+        if (run_id is not None and run.run_id != run_id) or run.alive or run.run_id in window.launch_outcomes:
+            continue
+        outcome = launch_outcome([(p.state, p.returncode, p.stop_requested_s is not None) for p in run.processes],
+                                 time.time())
+        window.launch_outcomes[run.run_id] = outcome
+        runs.note_launch(run.run_id, outcome)
+        if recorder is not None:
+            recorder.note_launch(run.run_id, outcome.state, outcome.exit_code, outcome.ts_s, outcome.detail)
+
+
+def _forget_viewer(parts: ViewerParts) -> None:
+    parts.close()
+    if parts in _viewers:
+        _viewers.remove(parts)
 
 
 def _start_demo(parts: WindowParts, demo: object) -> None:

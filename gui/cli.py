@@ -2,6 +2,7 @@
 
     ringscope                            open the window
     ringscope demo                       open the window and start a real 2-rank demo training
+    ringscope open SESSION.db            a recorded session in the window, read-only (or: ringscope SESSION.db)
     ringscope record --out SESSION.db    headless collector
     ringscope simulate --ranks N         synthetic cluster through the real agent code path
     ringscope info SESSION.db            JSON summary of a session file
@@ -27,6 +28,7 @@ from gui.commands._args import EXIT_USAGE, Parser
 COMMANDS: dict[str, str] = {
     "window": "gui.commands.window",
     "demo": "gui.commands.demo",
+    "open": "gui.commands.open",
     "record": "gui.commands.record",
     "simulate": "gui.commands.simulate",
     "info": "gui.commands.info",
@@ -110,6 +112,8 @@ def _with_command(parser: argparse.ArgumentParser, args: list[str]) -> list[str]
     word = args[index]
     if word in COMMANDS:
         return args
+    if word.endswith(".db"):  # `ringscope S.db` opens a recorded session
+        return [*args[:index], "open", *args[index:]]
     close = difflib.get_close_matches(word, COMMANDS, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     parser.exit(EXIT_USAGE, f"ringscope: unknown command {word!r}{hint}; commands: {', '.join(COMMANDS)}; "

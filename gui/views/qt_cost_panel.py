@@ -58,6 +58,14 @@ class QtCostPanel(QtWidgets.QFrame):
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
+    def show_pending(self, text: str) -> None:
+        """No figures yet for what is shown now (another run was selected): say so, show no stale money."""
+        self.total.setText("…")
+        self.price.setText(text)
+        for label in self.waste.values():
+            label.setText("—")
+        self.at_risk.setText("")
+
     def update_from(self, analysis: SessionAnalysis, cost: CostBreakdown) -> None:
         """Show the figures of one analysis (call from the GUI thread, at most a few times per second)."""
         if analysis.steps_total == 0:

@@ -14,6 +14,7 @@ from agent.schema import field_doc
 from gui.core.live.store import Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import HoverReadout, column_percentiles, label_rows, make_plot, set_range
+from gui.views.qt_time_range import clock_text, run_origin, time_plot
 
 MAX_LINES = 8
 MAX_PAIRED_BARS = 32
@@ -56,9 +57,10 @@ class QtGpuPanel(QtWidgets.QWidget):
         self.bars_plot.addItem(self.util_bars)
         self.bars_plot.addItem(self.idle_bars)
         self.bars_plot.addItem(self.mem_bars)
-        self.series_plot = make_plot("utilization", "%", "time relative to now", "s", UTIL_TOOLTIP)
+        self.series_plot = time_plot("utilization", "%", UTIL_TOOLTIP + f"\nThe window keeps the last readings "
+                                     f"of each device (about {WINDOW_S * 5 // 60} min at 2 per second); with more "
+                                     f"than {MAX_LINES} GPUs, the median and p5-p95 of the last {WINDOW_S} s.")
         self.series_plot.setYRange(0, 100, padding=0.02)
-        self.series_plot.setXRange(-WINDOW_S, 0, padding=0)
         self.band_low = pg.PlotDataItem([], [])
         self.band_high = pg.PlotDataItem([], [])
         self.band = pg.FillBetweenItem(self.band_low, self.band_high,
@@ -123,7 +125,8 @@ class QtGpuPanel(QtWidgets.QWidget):
                 mem = np.where(np.isfinite(total) & (total > 0), 100.0 * used / total, np.nan)
             series = [(g.ts_s, g.util_pct) for g in gpus]
         self._render_bars(names, np.array(util, float), np.array(mem, float))
-        self._render_series(series, snap.now_s)
+        origin = run_origin(snap)
+        self._render_series(series, origin, (snap.ended_s if snap.ended else snap.now_s) - origin)
 
     # ---- Drawing -------------------------------------------------------------------------------------------------
 
@@ -146,7 +149,12 @@ class QtGpuPanel(QtWidgets.QWidget):
         okm = np.isfinite(mem)
         self.mem_bars.setOpts(x=x[okm] + 0.2, height=mem[okm], width=0.4)
 
-    def _render_series(self, series: list[tuple[np.ndarray, np.ndarray]], now: float) -> None:
+    def reset(self) -> None:
+        """Forget what was drawn (another run is shown now)."""
+        self._snap = None
+
+    def _render_series(self, series: list[tuple[np.ndarray, np.ndarray]], origin: float, end: float) -> None:
+        """Readings over run time (``origin``: the run's start, Unix s; ``end``: seconds since it, now or its end)."""
         many = len(series) > MAX_LINES
         wanted = 1 if many else len(series)
         while len(self.lines) < wanted:
@@ -161,11 +169,11 @@ class QtGpuPanel(QtWidgets.QWidget):
             self.band_high.setData([], [])
             for i, (line, (ts, values)) in enumerate(zip(self.lines, series, strict=False)):
                 line.setPen(pg.mkPen(theme.rank_color(i, MAX_LINES), width=1.5))
-                line.setData((ts - now).astype(np.float64), values)
+                line.setData((ts - origin).astype(np.float64), values)
             return
-        binned = _bin_series(series, now)
+        binned = _bin_series(series, origin + end)
         low, mid, high = column_percentiles(binned, (0.05, 0.5, 0.95))
-        x = np.arange(-WINDOW_S, 0, dtype=np.float64) + 0.5
+        x = np.arange(-WINDOW_S, 0, dtype=np.float64) + 0.5 + end
         self.lines[0].setData(x, mid)
         self.lines[0].setPen(pg.mkPen(theme.PHASE_COLORS["compute"], width=2))
         self.band_low.setData(x, np.nan_to_num(low))
@@ -183,7 +191,7 @@ class QtGpuPanel(QtWidgets.QWidget):
     def _describe_series(self, x: float, y: float) -> str | None:
         if self._snap is None:
             return None
-        return f"time {x:+.1f} s\nvalue at cursor {y:.1f} %"
+        return f"at {clock_text(x)} since run start\nvalue at cursor {y:.1f} %"
 
 
 def _bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.ndarray:

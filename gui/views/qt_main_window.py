@@ -1,64 +1,94 @@
-"""The master-node window: overview on top, per-GPU and per-rank charts below, ranks table, status bar.
+"""The master-node window: the runs of the session on top, the selected run's overview, its per-GPU and per-rank
+charts over run time, ranks table, status bar.
 
-Views receive the store (and the optional recorder / launcher) in ``__init__``; nothing here holds telemetry. One
-QTimer (~30 Hz) takes ``store.snapshot()`` and hands it to every view (``setData`` on existing items); the collector
-thread never touches a widget. Without a launcher the launch and stop actions are disabled, with a tooltip.
+Views receive the runs (``LiveRuns``: one live store per training) or a single ``LiveStore``, and the optional
+recorder / launcher, in ``__init__``; nothing here holds telemetry. One QTimer (~30 Hz) takes the *selected run's*
+``store.snapshot()`` and hands it to every view (``setData`` on existing items), and a few times a second refreshes
+the runs table from ``runs.rows()``; the collector thread never touches a widget.
+
+Which run is shown: the one the user clicked in the runs table; new runs take over by the rule of
+``gui.views.qt_run_selection`` (not within a minute of the user's pick).
+
+Time charts share one x axis in run time (seconds since the run started) that follows the run live, or stays where
+the user zoomed / panned (``TimeRange``); a read-only window (``read_only``: a reopened recording) has no launcher.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from gui.core.live.runs import LiveRuns, RunRow
 from gui.core.live.store import STATE_LOST, LiveStore, Snapshot
+from gui.core.session_data import SessionData
+from gui.views.qt_access_token import show_access_token
+from gui.views.qt_background import BackgroundJob, start_background
 from gui.views.qt_gpu_panel import QtGpuPanel
 from gui.views.qt_overview import QtOverview
 from gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
 from gui.views.qt_process_panel import QtProcessPanel
 from gui.views.qt_rank_timeline import QtRankTimeline
 from gui.views.qt_ranks_table import QtRanksTable, RanksTableModel
-from gui.views.qt_report_actions import compare_sessions, export_report
+from gui.views.qt_report_actions import ExportJob, ask_export_target, compare_sessions, exporter_for
+from gui.views.qt_run_compare import QtRunCompare, compare_runs_work
+from gui.views.qt_run_selection import RunSelection
+from gui.views.qt_runs_table import QtRunsTable, RunsTableModel
 from gui.views.qt_status_bar import QtStatusBar
 from gui.views.qt_step_breakdown import QtStepBreakdown
+from gui.views.qt_time_range import QtHistoryBar, TimeRange, run_end
 
 log = logging.getLogger(__name__)
 
 FRAME_INTERVAL_MS = 30  # ~33 Hz, so that a late tick still leaves >= 30 FPS
 TABLE_INTERVAL_S = 0.25
 TEXT_INTERVAL_S = 0.25  # overview cards and status bar: numbers are read, not watched; a card repaint is ~2.5 ms
+RUNS_INTERVAL_S = 0.3  # the runs table (and every run's lifecycle decision): ~3 Hz
 STAGGER_ABOVE_RANKS = 256  # beyond this many ranks the charts are redrawn in turns
 HEAVY_BUDGET_S = 0.010  # many ranks: charts are redrawn in turn while the tick has used less than this
 IDLE_REDRAW_S = 0.5  # when nothing arrives, still redraw this often: states (lost) and time axes move
 
 
 class QtMainWindow(QtWidgets.QMainWindow):
-    """The Ringscope window over a ``LiveStore``.
+    """The Ringscope window over a session's runs (``LiveRuns``) or over one ``LiveStore``.
 
     Args:
-        store: the live store the collector feeds.
+        source: the runs the collector feeds (the runs table picks which one is shown), or one live store.
         endpoint: the collector's bound endpoint (shown in the status bar).
         preferences: current preferences (price, lost timeout...).
         recorder: an object with ``path`` and ``file_bytes`` (the session file), or None.
         launcher: a ``gui.core.launch.Launcher`` for the launch / stop actions, or None.
         cost_panel: a widget that replaces the overview's built-in cost-of-waiting card, or None. It is
             injected (not built here) because it needs whole-session figures, which the live store does not keep.
+        analyzer: a ``LiveAnalyzer`` feeding the cost panel (told which run to analyze), or None.
+        session_source: loads the whole session (the recording) — called on worker threads for exports and
+            comparisons, which take the selected runs out of it. None: the runs' live stores are used.
         access_token: the token agents need when the collector requires authentication (``--secure``), or None;
             File > Agent access token… shows it and the status bar says the channel is encrypted.
+        read_only: the recording this window shows (a reopened session: nothing is received or launched), or None.
     """
 
     sig_frame_rendered = QtCore.Signal(object)
     """Emitted after each frame with the snapshot it showed (benchmarks measure latency from it)."""
 
-    def __init__(self, store: LiveStore, *, endpoint: str = "", preferences: Preferences | None = None,
+    sig_run_selected = QtCore.Signal(str)
+    """The window shows another run now (argument: its run id), picked by the user or selected automatically."""
+
+    sig_open_requested = QtCore.Signal(str)
+    """File > Open session… chose a recording (argument: its path); the app opens it in a read-only window."""
+
+    def __init__(self, source: LiveRuns | LiveStore, *, endpoint: str = "", preferences: Preferences | None = None,
                  recorder: Any = None, launcher: Any = None,
                  cost_panel: QtWidgets.QWidget | None = None, analyzer: Any = None,
-                 session_source: Callable[[], Any] | None = None, access_token: str | None = None) -> None:
+                 session_source: Callable[[], SessionData] | None = None, access_token: str | None = None,
+                 read_only: str | None = None) -> None:
         super().__init__()
-        self.store = store
+        self.runs: LiveRuns | None = source if isinstance(source, LiveRuns) else None
+        self.store: LiveStore = source if isinstance(source, LiveStore) else LiveStore()
         self.endpoint = endpoint
         self.access_token = access_token
         self.preferences = preferences or Preferences()
@@ -66,7 +96,13 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.launcher = launcher
         self.cost_panel = cost_panel
         self.analyzer = analyzer
-        self.session_source = session_source or store.to_session_data
+        self.session_source = session_source
+        self.read_only = read_only
+        self.selected_run_id: str | None = None
+        self.run_row: RunRow | None = None
+        self.selection = RunSelection()
+        self.launch_outcomes: dict[str, Any] = {}  # run id -> LaunchOutcome, once the app noted how it ended
+        self._last_runs_refresh = -math.inf
         self._figures_version = 0
         self.frames = 0
         self.last_snapshot: Snapshot | None = None
@@ -75,20 +111,32 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self._last_text_render = 0.0
         self._text_key: tuple[object, ...] = ()
         self._heavy_turn = 0
+        self._chart_key: tuple[object, ...] | None = None
         self.charts_last_tick = 0  # how many charts the last tick redrew (benchmarks report it)
-        self.setWindowTitle("Ringscope — data-parallel training")
+        self.compare_dialog: QtRunCompare | None = None
+        self.compare_job: BackgroundJob | None = None
+        self.export_job: ExportJob | None = None
         self.resize(1600, 1000)
         self.overview = QtOverview(cost_panel)
         self.gpu_panel = QtGpuPanel()
         self.breakdown = QtStepBreakdown()
         self.stall = QtRankTimeline("comm_exposed")
         self.data_idle = QtRankTimeline("data_wait")
+        self.time_range = TimeRange()
+        for plot in (self.breakdown.columns_plot, *self.stall.time_plots, *self.data_idle.time_plots,
+                     self.gpu_panel.series_plot):
+            self.time_range.attach(plot)
         self.ranks_model = RanksTableModel()
         self.ranks_table = QtRanksTable(self.ranks_model)
+        self.runs_model = RunsTableModel()
+        self.runs_table = QtRunsTable(self.runs_model)
+        self.runs_table.sig_run_picked.connect(lambda run_id: self.select_run(run_id, by_user=True))
+        self.runs_table.sig_compare_requested.connect(self.compare_runs)
         self.status = QtStatusBar()
         self.setStatusBar(self.status)
         self._build_layout()
         self._build_actions()
+        self._update_title()
         self.timer = QtCore.QTimer(self)
         self.timer.setInterval(FRAME_INTERVAL_MS)
         self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)  # a coarse timer drifts to ~25 Hz
@@ -102,18 +150,24 @@ class QtMainWindow(QtWidgets.QMainWindow):
     # ---- Public API ----------------------------------------------------------------------------------------------
 
     def render_frame(self) -> Snapshot:
-        """Take a snapshot and redraw every view from it (the timer calls this ~30 times a second)."""
+        """Take a snapshot of the selected run and redraw every view from it (the timer calls this ~30 times a
+        second); a few times a second, refresh the runs table first (a new run may become the selected one)."""
         started = time.perf_counter()
+        now = time.monotonic()
+        if self.runs is not None and now - self._last_runs_refresh >= RUNS_INTERVAL_S:
+            self.refresh_runs()
         snap = self.store.snapshot()
         changed = self.last_snapshot is None or snap.version != self.last_snapshot.version
-        now = time.monotonic()
         if changed or now - self._last_full_render >= IDLE_REDRAW_S:
+            forced = self._last_full_render == 0.0  # a new run shown, new preferences: everything is redrawn
             self._last_full_render = now
-            recording = str(self.recorder.path) if self.recorder is not None else "off"
+            recording = str(self.recorder.path) if self.recorder is not None else (
+                "read-only" if self.read_only is not None else "off")
+            self.time_range.update(run_end(snap), snap.bucket_s, snap.ended)  # before the charts: they read the x range
             # Text is redrawn at 4 Hz (at once when ranks appear, get lost or the straggler changes): numbers that
             # change 30 times a second cannot be read, and each card repaint re-renders the styled parents.
             text_key = (len(snap.ranks), snap.state.count(STATE_LOST), snap.straggler and snap.straggler.rank,
-                        snap.no_gpu, snap.framework)
+                        snap.no_gpu, snap.framework, snap.run_id, snap.run_state)
             # 1024 rows at 30 Hz are not free either; table and text take alternate ticks so they never add up
             table_due = (self.ranks_model.rowCount() != len(snap.ranks)
                          or now - self._last_table_render >= TABLE_INTERVAL_S)
@@ -125,21 +179,85 @@ class QtMainWindow(QtWidgets.QMainWindow):
             if text_due:
                 self._text_key = text_key
                 self._last_text_render = now
-                self.overview.render(snap, recording, self.preferences.price_per_gpu_hour or None)
+                self.overview.render(snap, recording, self.preferences.price_per_gpu_hour or None, self.run_row)
                 size = _safe(lambda: int(self.recorder.file_bytes)) if self.recorder is not None else None
                 self.status.render(snap, self.endpoint, recording if self.recorder is not None else None, size,
-                                   secure=bool(self.access_token))
-            self._render_charts(snap, started)  # after the text: the charts get what is left of the budget
+                                   secure=bool(self.access_token), read_only=self.read_only)
+            # an ended run's charts change only when the user moves them: no redraw twice a second for nothing
+            chart_key = (snap.version, snap.run_id, self.time_range.visible()) if snap.ended else None
+            if forced or chart_key is None or chart_key != self._chart_key:
+                self._chart_key = chart_key
+                self._render_charts(snap, started)  # after the text: the charts get what is left of the budget
             self.frames += 1
             self.last_snapshot = snap
             self.sig_frame_rendered.emit(snap)
         return snap
+
+    def refresh_runs(self) -> list[RunRow]:
+        """Refresh the runs table from ``runs.rows()`` (which also decides every run's state) and select a new run
+        when the rule in the module docstring says so. Returns the rows, oldest first."""
+        if self.runs is None:
+            return []
+        self._last_runs_refresh = time.monotonic()
+        rows = self.runs.rows()
+        self.runs_model.set_rows(rows, self.preferences.price_per_gpu_hour or None)
+        shown = self.selected_run_id
+        target = self.selection.choose([row.run_id for row in rows], shown,
+                                       shown is not None and self.runs.store(shown) is not None)
+        if target is not None:
+            self.select_run(target)
+        self.run_row = self.runs_model.run(self.selected_run_id) if self.selected_run_id is not None else None
+        self._update_title()
+        return rows
+
+    def select_run(self, run_id: str, *, by_user: bool = False) -> bool:
+        """Show ``run_id`` in every card and chart. False when the run is unknown or no longer in memory."""
+        if by_user:
+            self.selection.note_picked()
+        store = self.runs.store(run_id) if self.runs is not None else None
+        if store is None:
+            if by_user:
+                self.status.showMessage(f"Run {run_id} is no longer held in memory (more than the window keeps); "
+                                        "its recording still has it: File ▸ Open session…", 10_000)
+            return False
+        self.runs_table.show_run(run_id)
+        if run_id == self.selected_run_id and store is self.store:
+            return True
+        self.selected_run_id = run_id
+        self.store = store
+        self.run_row = self.runs_model.run(run_id)
+        for view in (self.breakdown, self.stall, self.data_idle, self.gpu_panel):
+            view.reset()  # what they kept (heat columns by stamp, last drawn) belongs to the previous run
+        self.last_snapshot = None
+        self._chart_key = None
+        self._text_key = ()
+        self._last_full_render = 0.0
+        self.time_range.follow(True)
+        if self.analyzer is not None and hasattr(self.analyzer, "select"):
+            self.analyzer.select(run_id)
+            if self.cost_panel is not None and hasattr(self.cost_panel, "show_pending"):
+                self.cost_panel.show_pending(f"analyzing run {run_id}…")
+        self._update_title()
+        self.sig_run_selected.emit(run_id)
+        return True
+
+    def note_launched(self, run_id: str) -> None:
+        """A launch from this window started: its run is shown once its first agent says hello."""
+        self.selection.note_launched(run_id)
+
+    def zoom_to_last(self, seconds: float) -> None:
+        """Show the last ``seconds`` of the selected run in every time chart (stops following live)."""
+        snap = self.store.snapshot()
+        self.time_range.update(run_end(snap), snap.bucket_s, snap.ended)
+        self.time_range.show_last(seconds)
 
     def render_cost(self) -> None:
         """Show the analyzer's latest whole-session figures in the cost panel, if they are new."""
         figures = self.analyzer.latest() if self.analyzer is not None else None
         if figures is None or self.cost_panel is None or figures.version == self._figures_version:
             return
+        if self.runs is not None and getattr(figures, "run_id", None) != self.selected_run_id:
+            return  # figures of a run no longer shown
         self._figures_version = figures.version
         self.cost_panel.update_from(figures.analysis, figures.cost)
 
@@ -164,10 +282,38 @@ class QtMainWindow(QtWidgets.QMainWindow):
     def apply_preferences(self, prefs: Preferences) -> None:
         """Use new preferences now (the lost-rank timeout and price apply at once; endpoint and theme at restart)."""
         self.preferences = prefs
+        if self.runs is not None:
+            self.runs.lost_timeout_s = prefs.lost_timeout_s
         self.store.lost_timeout_s = prefs.lost_timeout_s
         if self.analyzer is not None:
             self.analyzer.refresh()  # the price may have changed
         self._last_full_render = 0.0
+        self._last_runs_refresh = -math.inf
+
+    def runs_data(self, run_ids: Sequence[str | None]) -> list[SessionData]:
+        """The whole data of these runs (called on worker threads): from the recording when there is one (loaded
+        once), else from each run's live store (its recent steps). ``None``: the store shown (no runs)."""
+        if self.session_source is not None:
+            data = self.session_source()
+            return [data.for_run(run_id) if run_id is not None else data for run_id in run_ids]
+        out = []
+        for run_id in run_ids:
+            store = self.runs.store(run_id) if self.runs is not None and run_id is not None else self.store
+            if store is None:
+                raise LookupError(f"run {run_id} is no longer held in memory and this window records nothing")
+            out.append(store.to_session_data())
+        return out
+
+    def _update_title(self) -> None:
+        title = "Ringscope — data-parallel training"
+        if self.selected_run_id is not None:
+            row = self.run_row
+            what = f" ({row.framework} / {row.strategy}, {row.state})" if row is not None else ""
+            title = f"Ringscope — run {self.selected_run_id}{what}"
+        if self.read_only is not None:
+            title += f" — read-only: {self.read_only}"
+        if self.windowTitle() != title:
+            self.setWindowTitle(title)
 
     # ---- Layout and actions --------------------------------------------------------------------------------------
 
@@ -176,6 +322,9 @@ class QtMainWindow(QtWidgets.QMainWindow):
         layout = QtWidgets.QVBoxLayout(central)
         layout.setContentsMargins(8, 8, 8, 4)
         layout.addWidget(self.overview)
+        self.history_bar = QtHistoryBar(self.time_range)
+        self.follow_button, self.whole_button = self.history_bar.follow_button, self.history_bar.whole_button
+        layout.addWidget(self.history_bar)
         grid = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         top = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         top.addWidget(self.gpu_panel)
@@ -188,6 +337,12 @@ class QtMainWindow(QtWidgets.QMainWindow):
         grid.setSizes([400, 500])
         layout.addWidget(grid, 1)
         self.setCentralWidget(central)
+        self.runs_dock = QtWidgets.QDockWidget("Runs", self)
+        self.runs_dock.setObjectName("runsDock")
+        self.runs_dock.setWidget(self.runs_table)
+        self.addDockWidget(QtCore.Qt.DockWidgetArea.TopDockWidgetArea, self.runs_dock)
+        self.resizeDocks([self.runs_dock], [150], QtCore.Qt.Orientation.Vertical)
+        self.runs_dock.setVisible(self.runs is not None)  # a single store has no runs to list
         self.ranks_dock = QtWidgets.QDockWidget("Ranks", self)
         self.ranks_dock.setObjectName("ranksDock")
         self.ranks_dock.setWidget(self.ranks_table)
@@ -197,6 +352,9 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.process_panel: QtProcessPanel | None = None
         if self.launcher is not None:
             self.process_panel = QtProcessPanel(self.launcher)
+            self.process_panel.sig_run_started.connect(self.note_launched)
+            if self.runs is not None:
+                self.process_panel.sig_stop_requested.connect(self.runs.note_stop_requested)
             self.process_dock = QtWidgets.QDockWidget("Processes", self)
             self.process_dock.setObjectName("processDock")
             self.process_dock.setWidget(self.process_panel)
@@ -207,11 +365,15 @@ class QtMainWindow(QtWidgets.QMainWindow):
     def _build_actions(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        no_launcher = "" if self.launcher is not None else "no launcher in this window"
+        no_launcher = "" if self.launcher is not None else (
+            "read-only: a recorded session" if self.read_only is not None else "no launcher in this window")
         self.action_launch = self._action(file_menu, "&Launch…", "Ctrl+L", self._launch, no_launcher)
         self.action_stop = self._action(file_menu, "&Stop training", "Ctrl+.", self._stop, no_launcher)
         file_menu.addSeparator()
-        self.action_export = self._action(file_menu, "&Export report…", "Ctrl+E", self._export, "")
+        self.action_open = self._action(file_menu, "&Open session…", "Ctrl+O", self._open_session, "")
+        self.action_export = self._action(file_menu, "&Export report of the selected run…", "Ctrl+E", self._export,
+                                          "")
+        file_menu.addAction(self.runs_table.compare_action)
         self.action_compare = self._action(file_menu, "&Compare sessions…", "Ctrl+Shift+C", self._compare, "")
         file_menu.addSeparator()
         self.action_token = self._action(
@@ -221,6 +383,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.action_preferences = self._action(file_menu, "&Preferences…", "Ctrl+,", self.open_preferences, "")
         self._action(file_menu, "&Quit", "Ctrl+Q", self.close, "")
         view_menu = menu.addMenu("&View")
+        view_menu.addAction(self.runs_dock.toggleViewAction())
         view_menu.addAction(self.ranks_dock.toggleViewAction())
         if self.process_dock is not None:
             view_menu.addAction(self.process_dock.toggleViewAction())
@@ -273,39 +436,64 @@ class QtMainWindow(QtWidgets.QMainWindow):
 
     def _stop(self) -> None:
         if self.launcher is not None:
+            if self.runs is not None:
+                self.runs.note_stop_requested(None)  # their ranks going quiet now are stopping, not lost
             self.launcher.request_stop(None)  # SIGTERM to every run now, SIGKILL after the grace period
 
-    def _export(self) -> None:
-        export_report(self, self.session_source)  # the whole session (the recording), loaded on the export thread
+    def _export(self) -> ExportJob | None:
+        run_id = self.selected_run_id
+        target = ask_export_target(self, f"ringscope-{_file_part(run_id)}.html" if run_id else
+                                   "ringscope-report.html")
+        return self.export_selected_run(*target) if target is not None else None
+
+    def export_selected_run(self, kind: str, path: str) -> ExportJob:
+        """Export the run shown (``kind``: html, pdf, csv or trace) in the background; the status bar names the
+        files when they are written. The run's data is loaded on the export thread (the recording, or its store)."""
+        run_id = self.selected_run_id
+        job = exporter_for(self).start(lambda: self.runs_data([run_id])[0], kind, path,
+                                       self.preferences.price_per_gpu_hour or None)
+        self.watch_export(job)
+        return job
+
+    def watch_export(self, job: ExportJob) -> None:
+        """When ``job`` has written its files, name them in the status bar with Open / Show in folder."""
+        self.export_job = job
+        job.sig_finished.connect(self.status.export_notice.show_paths)
 
     def _compare(self) -> None:
-        compare_sessions(self)
+        job = compare_sessions(self)
+        if job is not None:
+            self.watch_export(job)
+
+    def compare_runs(self, run_ids: Sequence[str]) -> QtRunCompare:
+        """Open the comparison overlay of two runs; the analysis runs on a worker thread and fills it when done."""
+        ids = list(run_ids)[:2]
+        note = ("each whole run, from the recording" if self.session_source is not None else
+                "from the live stores: each run's last steps only (this window records nothing)")
+        dialog = QtRunCompare(ids, self, source_note=note)
+        dialog.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        job = start_background(compare_runs_work(self.runs_data, ids, self.preferences.price_per_gpu_hour or None),
+                               f"comparing runs {ids[0]} and {ids[1]}")
+        job.sig_done.connect(dialog.show_comparison)
+        job.sig_failed.connect(dialog.show_error)
+        self.compare_dialog, self.compare_job = dialog, job
+        return dialog
+
+    def _open_session(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a recorded session", "",
+                                                        "Ringscope sessions (*.db);;All files (*)")
+        if path:
+            self.sig_open_requested.emit(path)
 
     def show_access_token(self) -> QtWidgets.QDialog | None:
         """Show the token agents need (``--secure``), with a Copy button; returns the dialog (shown, non-modal)."""
-        if not self.access_token:
-            return None
-        dialog = QtWidgets.QDialog(self)
-        dialog.setWindowTitle("Agent access token")
-        layout = QtWidgets.QVBoxLayout(dialog)
-        text = QtWidgets.QLabel(
-            "This window accepts only agents that hold this token (telemetry is encrypted, ZeroMQ CURVE). "
-            "Trainings launched from here get it automatically; give others "
-            "<code>RINGSCOPE_KEY=&lt;token&gt;</code>, or <code>RINGSCOPE_KEY_FILE</code> pointing at the file "
-            "<code>ringscope keys</code> names. Treat it like a password.")
-        text.setWordWrap(True)
-        field = QtWidgets.QLineEdit(self.access_token)
-        field.setReadOnly(True)
-        field.setMinimumWidth(560)
-        copy = QtWidgets.QPushButton("Copy")
-        copy.clicked.connect(lambda: QtWidgets.QApplication.clipboard().setText(self.access_token or ""))
-        row = QtWidgets.QHBoxLayout()
-        row.addWidget(field, 1)
-        row.addWidget(copy)
-        layout.addWidget(text)
-        layout.addLayout(row)
-        dialog.show()
-        return dialog
+        return show_access_token(self, self.access_token) if self.access_token else None
+
+
+def _file_part(run_id: str) -> str:
+    """A run id as a safe file-name part."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)[:80] or "run"
 
 
 def _safe(read: Callable[[], int]) -> int | None:

@@ -7,6 +7,7 @@ cause, the straggler, and the cost of waiting. Receives snapshots; owns no state
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from PySide6 import QtCore, QtWidgets
@@ -60,7 +61,8 @@ class QtOverview(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         self.run = _Card("Run", "The training the agents describe (from their hello messages).")
         self.throughput = _Card("Throughput", "Samples per second over the last 5 s, all ranks together.")
-        self.step_time = _Card("Step time", field_doc("step_s") + " Median (and p95) over ranks, last 20 steps.")
+        self.step_time = _Card("Step time", field_doc("step_s") + " Median, p95 and max over every recent step of "
+                                                                    "every rank (the last 20 steps of each).")
         self.idle = _Card("Idle share", "Share of step time the accelerators were not computing: data wait + "
                                         "exposed comm + other (last 20 steps, all ranks).")
         self.straggler = _Card("Straggler", "The rank the others wait for: in synchronous data parallelism the "
@@ -69,68 +71,110 @@ class QtOverview(QtWidgets.QWidget):
                                              "Preferences): what waiting costs per hour right now.")
         cards = [self.run, self.throughput, self.step_time, self.idle, self.straggler, self.cost]
         for card in cards:
-            layout.addWidget(card, 1)
+            layout.addWidget(card, 3 if card is self.run else 2)  # the run card says the most
         if cost_widget is not None:  # whole-session money figures next to the live waiting rate
-            layout.addWidget(cost_widget, 1)
+            layout.addWidget(cost_widget, 3)
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Maximum)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
-    def render(self, snap: Snapshot, recording: str, price_per_gpu_hour: float | None) -> None:
-        """Show one snapshot."""
+    def render(self, snap: Snapshot, recording: str, price_per_gpu_hour: float | None, run: Any = None) -> None:
+        """Show one snapshot; ``run`` is the selected run's row of the runs table (state, exit code), if any."""
         n = len(snap.state)
         lost = snap.state.count(STATE_LOST)
         finished = snap.state.count(STATE_FINISHED)
         hosts = len({h for h in snap.hosts if h != "?"})
         step = int(np.nanmax(snap.current_step)) if n and np.isfinite(snap.current_step).any() else None
         what = f"{snap.framework} / {snap.strategy}" if snap.framework else "waiting for agents"
-        elapsed = "" if math.isnan(snap.elapsed_s) else f" · {_clock(snap.elapsed_s)} elapsed"
         states = f"{n} ranks" + (f" ({lost} lost)" if lost else "") + (f" ({finished} finished)" if finished else "")
         host_text = f"{hosts} host{'s' if hosts != 1 else ''}"
-        self.run.show_values(what, f"{states} · {host_text} · step {step if step is not None else '—'}"
-                                   f"{elapsed}<br>recording: {recording}",
-                             theme.ALERT_COLOR if lost else None)
-        if math.isnan(snap.steps_per_s):
-            self.throughput.show_values("no data", "no steps received yet")
-        else:
-            per_rank = snap.steps_per_s / max(1, n - finished)
-            samples = "samples/s not reported" if math.isnan(snap.samples_per_s) else f"{snap.samples_per_s:,.0f}"
-            self.throughput.show_values(f"{samples} samples/s" if not math.isnan(snap.samples_per_s) else samples,
-                                        f"{per_rank:.1f} steps/s per rank · {snap.steps_per_s:,.0f} steps/s total")
-        steps = snap.recent_step_s[np.isfinite(snap.recent_step_s)]
-        if steps.size:
-            self.step_time.show_values(format_seconds(float(np.median(steps))),
-                                       f"p95 {format_seconds(float(np.percentile(steps, 95)))} · "
-                                       f"max {format_seconds(float(steps.max()))}")
+        lifecycle, color = self._lifecycle(snap, run, lost)
+        run_name = f"run {snap.run_id}<br>" if snap.run_id else ""
+        recording = recording.rsplit("/", 1)[-1]  # the file's name: the status bar shows its whole path
+        self.run.show_values(what, f"{run_name}{lifecycle}<br>{states} · {host_text} · step "
+                                   f"{step if step is not None else '—'}<br>recording: {recording}", color)
+        self._render_throughput(snap, n - finished)
+        p50, p95, worst = snap.step_pct_s
+        if math.isfinite(p50):
+            self.step_time.show_values(format_seconds(p50), f"p95 {format_seconds(p95)} · max {format_seconds(worst)}"
+                                                            + (" · at the end" if snap.ended else ""))
         else:
             self.step_time.show_values("no data", "")
-        if math.isnan(snap.idle_share):
+        measured = not math.isnan(snap.idle_share)
+        fit = not measured and bool(np.isfinite(snap.recent_step_s).any())  # steps, but no phase was timed
+        if fit:
+            self.idle.show_values("not measured", "phases not measured with fit: Keras model.fit reports the step "
+                                                  "time only (a custom loop measures data wait, compute and comm)")
+        elif not measured:
             self.idle.show_values("no data", "no steps with compute times yet")
         else:
             cause = snap.idle_cause
             self.idle.show_values(format_share(snap.idle_share),
                                   f'main cause: <span style="color:{theme.PHASE_COLORS[cause]}">&#9632;</span> '
-                                  f"{theme.PHASE_LABELS[cause]} {format_share(snap.idle_cause_share)} of step time",
+                                  f"{theme.PHASE_LABELS[cause]} {format_share(snap.idle_cause_share)} of step time"
+                                  + (" · at the end" if snap.ended else ""),
                                   theme.ALERT_COLOR if snap.idle_share > 0.5 else None)
+        final = " (final verdict, the run's last steps)" if snap.ended else ""
         if snap.straggler is None:
-            self.straggler.show_values("none", "no rank makes the others wait (> 5 % of a step)"
+            self.straggler.show_values("none", ("no rank makes the others wait (> 5 % of a step)" + final)
                                        if n > 1 else "needs two or more ranks", theme.OK_COLOR if n > 1 else None)
         else:
-            self.straggler.show_values(f"rank {snap.straggler.rank}", snap.straggler.reason, theme.STRAGGLER_COLOR)
-        self._render_cost(snap, price_per_gpu_hour)
+            self.straggler.show_values(f"rank {snap.straggler.rank}", snap.straggler.reason + final,
+                                       theme.STRAGGLER_COLOR)
+        self._render_cost(snap, price_per_gpu_hour, fit)
 
-    def _render_cost(self, snap: Snapshot, price: float | None) -> None:
+    # ---- Cards ---------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _lifecycle(snap: Snapshot, run: Any, lost: int) -> tuple[str, str | None]:
+        """The run's state in words (with how long it ran) and the Run card's colour."""
+        state = getattr(run, "state", None) or snap.run_state or "running"
+        if not snap.framework:
+            return "no run yet", None
+        elapsed = _clock(snap.elapsed_s) if math.isfinite(snap.elapsed_s) else "—"
+        if state == "running":
+            return f"running · {elapsed} elapsed", theme.ALERT_COLOR if lost else None
+        if state == "hung":
+            return f"hung: no rank completes a step · {elapsed} elapsed", theme.ALERT_COLOR
+        code = getattr(run, "exit_code", None)
+        text = {
+            "finished": f"finished {elapsed}",
+            "stopped": f"stopped after {elapsed}",
+            "failed": f"failed (exit {code}) after {elapsed}" if code is not None else f"failed after {elapsed}",
+            "lost": f"lost after {elapsed}: a rank vanished without saying goodbye",
+            "unfinished": f"unfinished: the recording ended after {elapsed}",
+        }.get(state, f"{state} after {elapsed}")
+        color = {"finished": theme.OK_COLOR, "failed": theme.ALERT_COLOR, "lost": theme.ALERT_COLOR}.get(state)
+        return text, color
+
+    def _render_throughput(self, snap: Snapshot, active: int) -> None:
+        if math.isnan(snap.steps_per_s):
+            self.throughput.show_values("no data", "no steps received yet")
+            return
+        final = "final: " if snap.ended else ""
+        per_rank = snap.steps_per_s / max(1, active if not snap.ended else len(snap.state))
+        value = (f"{final}{snap.samples_per_s:,.0f} samples/s" if not math.isnan(snap.samples_per_s)
+                 else f"{final}samples/s not reported")
+        when = "over its last seconds" if snap.ended else "last 5 s"
+        self.throughput.show_values(value, f"{per_rank:.1f} steps/s per rank · {snap.steps_per_s:,.0f} steps/s total"
+                                           f" ({when})")
+
+    def _render_cost(self, snap: Snapshot, price: float | None, fit: bool) -> None:
         gpus = len(snap.gpus) or len(snap.state)
         unit = "GPU" if snap.gpus else "rank"  # CPU-only runs are priced per rank, as in the reports
         source = "" if price else " (default price; set yours in Preferences, Ctrl+,)"
         price = price or DEFAULT_PRICE_PER_GPU_HOUR
-        if math.isnan(snap.idle_share):
+        if fit:
+            self.cost.show_values("not measured", "Keras fit does not split the step: waiting cannot be priced "
+                                                  f"({gpus} {unit}s at {CURRENCY}{price:.2f} per hour{source})")
+        elif math.isnan(snap.idle_share):
             self.cost.show_values("no data", f"{gpus} {unit}s at {CURRENCY}{price:.2f} per hour{source}")
         else:
             wasted = snap.idle_share * gpus * price
+            when = " at its end (the run is over: nothing is spent now)" if snap.ended else source
             self.cost.show_values(f"{CURRENCY}{wasted:,.2f} / h",
                                   f"{format_share(snap.idle_share)} idle x {gpus} {unit}s x {CURRENCY}{price:.2f} "
-                                  f"per {unit}-hour{source}")
+                                  f"per {unit}-hour{when}")
 
 
 def _clock(seconds: float) -> str:

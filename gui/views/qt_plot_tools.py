@@ -19,9 +19,9 @@ PIXMAP_CACHE_KIB = 96 * 1024  # room for every plot's cached axes on a 4K screen
 
 
 def make_plot(left: str, left_units: str | None, bottom: str, bottom_units: str | None,
-              tooltip: str = "") -> pg.PlotWidget:
+              tooltip: str = "", axis_items: dict[str, pg.AxisItem] | None = None) -> pg.PlotWidget:
     """A plot with units on both axes (pyqtgraph prints them as 'label (units)'), menus off, mouse kept simple."""
-    widget = pg.PlotWidget()
+    widget = pg.PlotWidget(axisItems=axis_items)
     theme.style_plot(widget)
     item = widget.getPlotItem()
     item.setLabel("left", left, units=left_units)

@@ -36,6 +36,9 @@ class QtProcessPanel(QtWidgets.QWidget):
     sig_run_finished = QtCore.Signal(str, bool)
     """Every process of a launch has ended (arguments: run id, True when all exited with code 0)."""
 
+    sig_stop_requested = QtCore.Signal(str)
+    """The user asked a launch to stop (argument: its run id); emitted before the launcher signals its processes."""
+
     def __init__(self, launcher: Launcher, parent: QtWidgets.QWidget | None = None,
                  settings: QtCore.QSettings | None = None, grace_s: float = 10.0) -> None:
         super().__init__(parent)
@@ -245,6 +248,7 @@ class QtProcessPanel(QtWidgets.QWidget):
         run = self._selected_run()
         if run is None:
             return
+        self.sig_stop_requested.emit(run.run_id)  # its ranks going quiet now are stopping, not lost
         if any(p.stop_requested_s is not None for p in run.processes):
             self.launcher.kill(run.run_id)
         else:

@@ -14,13 +14,12 @@ from PySide6 import QtCore, QtWidgets
 from agent.schema import field_doc
 from gui.core.live.store import STATE_LOST, Snapshot
 from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, column_percentiles, make_plot, seconds_ago, set_range
+from gui.views.qt_plot_tools import HoverReadout, column_percentiles, set_range
+from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MAX_LINES = 32
 TOP_N = 8
 RECENT_BUCKETS = 10
-MIN_HEAT_WINDOW_S = 60
-LINES_WINDOW_S = 120  # lines show the last 2 minutes; the heatmap shows all kept buckets
 
 METRICS = {
     "comm_exposed": ("AllReduce stall per rank", "heat_comm_exposed_share", field_doc("comm_exposed_s")),
@@ -35,8 +34,10 @@ class QtRankTimeline(QtWidgets.QWidget):
         super().__init__()
         title, self._field, doc = METRICS[metric]
         self.metric = metric
-        tooltip = (f"{doc}\nShown as a share of each step's time, per 1 s bucket (mean of the steps that ended in "
-                   "it). Hover a line or cell for the rank, time and exact value; lost ranks are grey and dashed.")
+        tooltip = (f"{doc}\nShown as a share of each step's time, per time bucket (mean of the steps that ended in "
+                   "it; 1 s, wider once a long run outgrew the ring). Hover a line or cell for the rank, time and "
+                   "exact value; lost ranks are grey and dashed. Wheel or drag to zoom and pan; double-click to "
+                   "follow live.")
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         label = QtWidgets.QLabel(f'<span style="color:{theme.PHASE_COLORS[metric]}">&#9632;</span> {title}')
@@ -44,6 +45,11 @@ class QtRankTimeline(QtWidgets.QWidget):
         label.setToolTip(tooltip)
         header = QtWidgets.QHBoxLayout()
         header.addWidget(label)
+        self.bucket_label = QtWidgets.QLabel("")
+        self.bucket_label.setObjectName("cardDetail")
+        self.bucket_label.setToolTip("The run outgrew the kept buckets: neighbouring buckets were merged, so each "
+                                     "point is the mean over this many seconds (the whole run stays visible).")
+        header.addWidget(self.bucket_label)
         header.addStretch(1)
         self.rank_legend = QtWidgets.QLabel("")  # which line is which rank (lines mode only)
         self.rank_legend.setToolTip("Line color per rank; lost ranks are grey and dashed.")
@@ -53,15 +59,16 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.stack = QtWidgets.QStackedWidget()
         layout.addWidget(self.stack, 1)
         # lines mode
-        self.lines_plot = make_plot("share of step", "%", "time relative to now", "s", tooltip)
+        self.lines_plot = time_plot("share of step", "%", tooltip)
         self.lines_plot.setYRange(0, 100, padding=0.02)
         self.lines: list[pg.PlotDataItem] = []
+        self._pens: list[tuple[bool, int] | None] = []  # per line: (lost, ranks) its pen was made for
         self.stack.addWidget(self.lines_plot)
         # heatmap mode
         heat_page = QtWidgets.QWidget()
         grid = QtWidgets.QGridLayout(heat_page)
         grid.setContentsMargins(0, 0, 0, 0)
-        self.heat_plot = make_plot("rank", None, "time relative to now", "s", tooltip)
+        self.heat_plot = time_plot("rank", None, tooltip)
         self.no_data = QtWidgets.QGraphicsRectItem()
         self.no_data.setBrush(theme.color(theme.current().no_data))
         self.no_data.setPen(pg.mkPen(None))
@@ -79,9 +86,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         plot_item.layout.setColumnFixedWidth(4, 5)
         self._lut = np.vstack([colormap.getLookupTable(0.0, 1.0, 255, alpha=True),
                                np.array([[*theme.color(theme.current().no_data).getRgb()]], np.uint8)])
-        self.bands_plot = make_plot("p5/50/95", "%", "time relative to now", "s",
-                                    "Percentiles over ranks per time bucket: half the ranks are below p50, "
-                                    "5 % of them above p95.")
+        self.bands_plot = time_plot("p5/50/95", "%", "Percentiles over ranks per time bucket: half the ranks are "
+                                                     "below p50, 5 % of them above p95.")
         self.bands_plot.setYRange(0, 100, padding=0.02)
         self.bands_plot.setMinimumHeight(90)
         self.bands_plot.setMaximumHeight(120)
@@ -93,7 +99,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         for item in (self.p5, self.p50, self.p95):
             self.bands_plot.addItem(item)
         self.top = QtWidgets.QListWidget()
-        self.top.setToolTip(f"The ranks with the highest and the lowest share over the last {RECENT_BUCKETS} s "
+        self.top.setToolTip(f"The ranks with the highest and the lowest share over the last {RECENT_BUCKETS} buckets "
                             "(for the AllReduce stall, the lowest is the rank the others wait for).")
         self.top.setFixedWidth(170)  # a size hint that follows its text would re-layout the plots every frame
         self.sampling_note = QtWidgets.QLabel("")
@@ -126,7 +132,10 @@ class QtRankTimeline(QtWidgets.QWidget):
         """Show one snapshot."""
         self._snap = snap
         self._shares = getattr(snap, self._field)
-        self._x = seconds_ago(snap.bucket_start_s, snap.bucket_s, snap.now_s)
+        self._x = run_seconds(snap)
+        note = bucket_note(snap.bucket_s)
+        if self.bucket_label.text() != note:
+            self.bucket_label.setText(note)
         if len(snap.ranks) > MAX_LINES:
             self.stack.setCurrentIndex(1)
             self._set_rank_legend(snap, heatmap=True)
@@ -134,6 +143,17 @@ class QtRankTimeline(QtWidgets.QWidget):
         else:
             self.stack.setCurrentIndex(0)
             self._render_lines(snap)
+
+    @property
+    def time_plots(self) -> tuple[pg.PlotWidget, ...]:
+        """The charts over run time (the window links their x ranges)."""
+        return self.lines_plot, self.heat_plot, self.bands_plot
+
+    def reset(self) -> None:
+        """Forget what was drawn (another run is shown now: its bucket stamps mean nothing here)."""
+        self._cols = _HeatColumns()
+        self._legend_key = ()
+        self._snap = None
 
     def top_ranks(self, *, lowest: bool = False) -> list[tuple[int, float]]:
         """(rank, share %) of the highest (or lowest) ranks over the last buckets, as the list shows them."""
@@ -153,19 +173,21 @@ class QtRankTimeline(QtWidgets.QWidget):
     def _render_lines(self, snap: Snapshot) -> None:
         n = len(snap.ranks)
         while len(self.lines) < n:
-            line = pg.PlotDataItem([], [], connect="finite")
+            # clipped to the x range shown: a whole run is hundreds of buckets, the live view ~120 of them
+            line = pg.PlotDataItem([], [], connect="finite", clipToView=True)
             self.lines_plot.addItem(line)
             self.lines.append(line)
+            self._pens.append(None)
         for i, line in enumerate(self.lines):
             if i >= n:
                 line.setData([], [])
                 continue
-            if snap.state[i] == STATE_LOST:
-                line.setPen(pg.mkPen(theme.LOST_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine))
-            else:
-                line.setPen(pg.mkPen(theme.rank_color(i, n), width=1.5))
+            pen_key = (snap.state[i] == STATE_LOST, n)
+            if self._pens[i] != pen_key:  # a new pen re-renders the line: only when its rank's state changed
+                self._pens[i] = pen_key
+                line.setPen(pg.mkPen(theme.LOST_COLOR, width=1, style=QtCore.Qt.PenStyle.DashLine) if pen_key[0]
+                            else pg.mkPen(theme.rank_color(i, n), width=1.5))
             line.setData(self._x, 100.0 * self._shares[i].astype(np.float64))
-        set_range(self.lines_plot, x=(-LINES_WINDOW_S, 0))
         self._set_rank_legend(snap, heatmap=False)
 
     def _set_rank_legend(self, snap: Snapshot, *, heatmap: bool) -> None:
@@ -193,18 +215,12 @@ class QtRankTimeline(QtWidgets.QWidget):
         rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, n)
         self.image.setRect(rect)
         self.no_data.setRect(rect)
-        # show the time that has data (at least a minute), not minutes of grey before the training started
-        has = np.flatnonzero(cols.has_data)
-        first = float(self._x[has[0]] - snap.bucket_s / 2) if has.size else x0
-        left = float(np.floor(min(first, -MIN_HEAT_WINDOW_S) / 10.0) * 10.0)
-        x_range = (max(left, x0), snap.bucket_s / 2)
-        set_range(self.heat_plot, x=x_range, y=(0, n))
+        set_range(self.heat_plot, y=(0, n))  # x: the window's TimeRange (linked charts)
         pixels = self.heat_plot.getPlotItem().vb.height()
         self.sampling_note.setText(f"{n} ranks on {pixels:.0f} px: rows are sampled when drawn — hover for exact "
                                    "values; the lists and bands use every rank" if n > pixels > 0 else "")
         for item, values in zip((self.p5, self.p50, self.p95), cols.percentiles, strict=True):
             item.setData(self._x, values)
-        set_range(self.bands_plot, x=x_range)
         texts = ["highest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks()]
         texts += ["lowest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks(lowest=True)]
         if texts != [self.top.item(i).text() for i in range(self.top.count())]:
@@ -217,7 +233,7 @@ class QtRankTimeline(QtWidgets.QWidget):
             return None
         column = 100.0 * self._shares[:, col].astype(np.float64)
         if not np.isfinite(column).any():
-            return f"time {self._x[col]:+.0f} s: no data"
+            return f"at {clock_text(self._x[col])}: no data"
         i = int(np.nanargmin(np.abs(column - y)))
         return self._cell_text(i, col)
 
@@ -233,7 +249,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         value = 100.0 * float(self._shares[row, col])
         shown = "no data" if not np.isfinite(value) else f"{value:.1f} % of step"
         state = self._snap.state[row]
-        return (f"rank {int(self._snap.ranks[row])} ({state})\ntime {self._x[col]:+.0f} s\n"
+        return (f"rank {int(self._snap.ranks[row])} ({state})\nat {clock_text(self._x[col])} since run start "
+                f"({self._snap.bucket_s:g} s bucket)\n"
                 f"{METRICS[self.metric][0].split(' per')[0]}: {shown}")
 
     def _column(self, x: float) -> int | None:

@@ -171,18 +171,29 @@ def exporter_for(parent: QtWidgets.QWidget) -> QtReportExporter:
     return _exporters[key]
 
 
-def export_report(parent: QtWidgets.QWidget, session: SessionData | Callable[[], SessionData]) -> ExportJob | None:
-    """Ask for a format and a file, then export in the background (the main window's File > Export).
-
-    ``session`` may be a callable that loads the session; it is then called on the worker thread.
-    """
-    path, chosen = QtWidgets.QFileDialog.getSaveFileName(parent, "Export report", "ringscope-report.html",
+def ask_export_target(parent: QtWidgets.QWidget, suggested_name: str = "ringscope-report.html"
+                      ) -> tuple[str, str] | None:
+    """Ask for a format and a file (a folder for CSV, created); returns (kind, path), or None when cancelled."""
+    path, chosen = QtWidgets.QFileDialog.getSaveFileName(parent, "Export report", suggested_name,
                                                          ";;".join(FILTERS))
     if not path:
         return None
     kind = FILTERS.get(chosen, "html")
     if kind == "csv":
         Path(path).mkdir(parents=True, exist_ok=True)
+    return kind, path
+
+
+def export_report(parent: QtWidgets.QWidget, session: SessionData | Callable[[], SessionData],
+                  suggested_name: str = "ringscope-report.html") -> ExportJob | None:
+    """Ask for a format and a file, then export in the background.
+
+    ``session`` may be a callable that loads the session; it is then called on the worker thread.
+    """
+    target = ask_export_target(parent, suggested_name)
+    if target is None:
+        return None
+    kind, path = target
     return exporter_for(parent).start(session, kind, path, _price(parent))
 
 

@@ -1,11 +1,14 @@
-"""The status bar: messages/s, drops and gaps, rejected messages (by reason in the tooltip), recording file and size.
+"""The status bar: messages/s, drops and gaps, rejected messages (by reason in the tooltip), recording file and size,
+and what the last export wrote (with Open / Show in folder).
 
 Receives a snapshot and the recorder's figures; owns only its labels.
 """
 
 from __future__ import annotations
 
-from PySide6 import QtWidgets
+from pathlib import Path
+
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from gui.core.live.store import Snapshot
 
@@ -35,14 +38,20 @@ class QtStatusBar(QtWidgets.QStatusBar):
         self.recording = QtWidgets.QLabel("not recording")
         for label in (self.endpoint, self.rate, self.loss, self.rejected):
             self.addWidget(label)
+        self.export_notice = QtExportNotice()
+        self.addPermanentWidget(self.export_notice)
         self.addPermanentWidget(self.recording)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
     def render(self, snap: Snapshot, endpoint: str, recording_path: str | None, recording_bytes: int | None,
-               secure: bool = False) -> None:
-        """Show one snapshot and the recorder's file figures; ``secure``: agents must hold the access token."""
-        if not endpoint:
+               secure: bool = False, read_only: str | None = None) -> None:
+        """Show one snapshot and the recorder's file figures; ``secure``: agents must hold the access token;
+        ``read_only``: the recording a read-only window shows (it listens to nobody)."""
+        if read_only is not None:
+            _show(self.endpoint, f"read-only: {read_only}", tooltip="A recorded session: nothing is received, "
+                                                                       "launched or recorded in this window.")
+        elif not endpoint:
             _show(self.endpoint, "not listening")
         elif secure:
             _show(self.endpoint, f"listening on {endpoint} · encrypted, token required", tooltip=(
@@ -64,6 +73,66 @@ class QtStatusBar(QtWidgets.QStatusBar):
             _show(self.recording, f"recording {recording_path}{size}", tooltip=recording_path)
         else:
             _show(self.recording, "not recording")
+
+
+class QtExportNotice(QtWidgets.QWidget):
+    """"Exported …/report.html  [Open] [Show in folder] [×]": shown after an export, until dismissed or replaced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        self.label = QtWidgets.QLabel("")
+        self.label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.open_button = QtWidgets.QToolButton()
+        self.open_button.setText("Open")
+        self.open_button.setToolTip("Open the exported file with the desktop's default application")
+        self.folder_button = QtWidgets.QToolButton()
+        self.folder_button.setText("Show in folder")
+        self.folder_button.setToolTip("Open the folder that holds it")
+        self.close_button = QtWidgets.QToolButton()
+        self.close_button.setText("×")
+        self.close_button.setToolTip("Hide this message")
+        for widget in (self.label, self.open_button, self.folder_button, self.close_button):
+            layout.addWidget(widget)
+        self.open_button.clicked.connect(lambda: self._open(self.target))
+        self.folder_button.clicked.connect(lambda: self._open(self.folder))
+        self.close_button.clicked.connect(self.hide)
+        self.target: Path | None = None
+        self.folder: Path | None = None
+        self.hide()
+
+    def show_paths(self, paths: list[str], what: str = "Exported") -> None:
+        """Name what was written (one file, or the folder of several) and offer to open it."""
+        if not paths:
+            return
+        files = [Path(p) for p in paths]
+        if len(files) == 1:
+            self.target, self.folder = files[0], files[0].parent
+            text = f"{what} {files[0]}"
+        else:
+            self.folder = Path(*_common_parts(files)) if _common_parts(files) else files[0].parent
+            self.target = self.folder
+            text = f"{what} {len(files)} files to {self.folder}"
+        self.label.setText(text)
+        self.label.setToolTip("\n".join(paths))
+        self.show()
+
+    @staticmethod
+    def _open(path: Path | None) -> None:
+        if path is not None:
+            QtGui.QDesktopServices.openUrl(QtCore.QUrl.fromLocalFile(str(path)))
+
+
+def _common_parts(files: list[Path]) -> tuple[str, ...]:
+    parts = [f.parent.parts for f in files]
+    common: list[str] = []
+    for group in zip(*parts, strict=False):
+        if len(set(group)) != 1:
+            break
+        common.append(group[0])
+    return tuple(common)
 
 
 def _size(n: int) -> str:

@@ -13,16 +13,9 @@ from PySide6 import QtWidgets
 
 from gui.core.live.store import PHASES, STATE_LOST, Snapshot
 from gui.views import theme
-from gui.views.qt_plot_tools import (
-    HoverReadout,
-    format_seconds,
-    label_rows,
-    make_plot,
-    seconds_ago,
-    set_range,
-)
+from gui.views.qt_plot_tools import HoverReadout, format_seconds, label_rows, make_plot, set_range
+from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
-COLUMNS_WINDOW_S = 120
 MANY_RANKS = 256
 MANY_RANKS_REDRAW_S = 0.25  # per-rank bars are means of the last 20 steps (~2 s): 4 redraws a second follow them
 
@@ -39,13 +32,20 @@ class QtStepBreakdown(QtWidgets.QWidget):
         title.setObjectName("chartTitle")
         self.legend = QtWidgets.QLabel(theme.legend_html())
         self.legend.setToolTip("\n".join(f"{theme.PHASE_LABELS[p]}: {theme.PHASE_DESCRIPTIONS[p]}" for p in PHASES))
+        self.bucket_label = QtWidgets.QLabel("")
+        self.bucket_label.setObjectName("cardDetail")
+        self.bucket_label.setToolTip("The run outgrew the kept buckets: neighbouring buckets were merged, so each "
+                                     "column is the mean over this many seconds (the whole run stays visible).")
         header.addWidget(title)
+        header.addWidget(self.bucket_label)
         header.addStretch(1)
         header.addWidget(self.legend)
         layout.addLayout(header)
         row = QtWidgets.QHBoxLayout()
-        self.columns_plot = make_plot("step time", "s", "time relative to now", "s",
-                                      "Mean over ranks of the steps that ended in each 1 s bucket, stacked by phase.")
+        self.columns_plot = time_plot("step time", "s", "Mean over ranks of the steps that ended in each time bucket "
+                                                        "(1 s, wider once a long run outgrew the ring), stacked by "
+                                                        "phase. Wheel or drag to zoom and pan; double-click to "
+                                                        "follow live.")
         self.columns = {p: pg.BarGraphItem(x=[], height=[], width=0.8, brush=theme.PHASE_COLORS[p], pen=None)
                         for p in PHASES}
         for item in self.columns.values():
@@ -76,7 +76,10 @@ class QtStepBreakdown(QtWidgets.QWidget):
     def render(self, snap: Snapshot) -> None:
         """Show one snapshot."""
         self._snap = snap
-        self._x = seconds_ago(snap.bucket_start_s, snap.bucket_s, snap.now_s)
+        self._x = run_seconds(snap)
+        note = bucket_note(snap.bucket_s)
+        if self.bucket_label.text() != note:
+            self.bucket_label.setText(note)
         cluster = snap.cluster_phase_s
         has = np.isfinite(cluster["step"])
         base = np.zeros(int(has.sum()))
@@ -85,16 +88,22 @@ class QtStepBreakdown(QtWidgets.QWidget):
             self.columns[phase].setOpts(x=self._x[has], y0=base.copy(), height=height, width=0.8 * snap.bucket_s)
             base = base + height
         self.step_line.setData(self._x, cluster["step"])
-        shown = cluster["step"][self._x >= -COLUMNS_WINDOW_S]
+        low, high = self.columns_plot.getPlotItem().vb.viewRange()[0]  # the window's TimeRange sets x
+        shown = cluster["step"][(self._x >= low) & (self._x <= high)]
         tallest = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
         # a rounded y range: autorange would follow every step's jitter and re-layout the axes each frame
-        set_range(self.columns_plot, x=(-COLUMNS_WINDOW_S, snap.bucket_s / 2), y=(0.0, _nice_ceiling(tallest * 1.1)))
+        set_range(self.columns_plot, y=(0.0, _nice_ceiling(tallest * 1.1)))
         drawn_s, drawn_ranks, drawn_straggler = self._ranks_drawn
         if (len(snap.ranks) <= MANY_RANKS or not 0 <= snap.now_s - drawn_s < MANY_RANKS_REDRAW_S
                 or (drawn_ranks is not snap.ranks and not np.array_equal(drawn_ranks, snap.ranks))
                 or drawn_straggler != snap.straggler_row()):
             self._ranks_drawn = (snap.now_s, snap.ranks, snap.straggler_row())
             self._render_ranks(snap)
+
+    def reset(self) -> None:
+        """Forget what was drawn (another run is shown now)."""
+        self._ranks_drawn = (-np.inf, None, None)
+        self._snap = None
 
     # ---- Drawing -------------------------------------------------------------------------------------------------
 
@@ -136,8 +145,9 @@ class QtStepBreakdown(QtWidgets.QWidget):
         col = int(np.argmin(np.abs(self._x - x)))
         cluster = self._snap.cluster_phase_s
         if abs(self._x[col] - x) > self._snap.bucket_s or not np.isfinite(cluster["step"][col]):
-            return "no steps in this second"
-        lines = [f"time {self._x[col]:+.0f} s, mean over ranks", f"step: {format_seconds(cluster['step'][col])}"]
+            return "no steps in this bucket"
+        lines = [f"at {clock_text(self._x[col])} since run start ({self._snap.bucket_s:g} s bucket), mean over ranks",
+                 f"step: {format_seconds(cluster['step'][col])}"]
         lines += [f"{theme.PHASE_LABELS[p]}: {format_seconds(cluster[p][col])}" for p in PHASES]
         return "\n".join(lines)
 

@@ -24,6 +24,8 @@ ALERT_COLOR = phases.ALERT_COLOR
 OK_COLOR = "#59a14f"
 LOST_COLOR = "#8c8c8c"
 STRAGGLER_COLOR = ALERT_COLOR
+RUN_COLORS: tuple[str, str] = ("#4dd0e1", "#e377c2")
+"""Run A and run B where two runs share a chart (compare): unlike every phase colour, and unlike each other."""
 HEAT_COLORMAP = "inferno"
 """Perceptually uniform and readable on dark and light backgrounds; 0 dark, 1 bright."""
 IDLE_UTIL_PCT = 30.0
