@@ -262,6 +262,8 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
         return int(app.exec())
     finally:
         parts.close()
+        for viewer in list(_viewers):  # recordings opened from the window (File > Open session…)
+            viewer.close()
 
 
 def missing_display() -> str | None:

@@ -114,7 +114,7 @@ class QtOverview(QtWidgets.QWidget):
                                   f"{theme.PHASE_LABELS[cause]} {format_share(snap.idle_cause_share)} of step time"
                                   + (" · at the end" if snap.ended else ""),
                                   theme.ALERT_COLOR if snap.idle_share > 0.5 else None)
-        final = " (final verdict, the run's last steps)" if snap.ended else ""
+        final = " (final verdict)" if snap.ended else ""
         if snap.straggler is None:
             self.straggler.show_values("none", ("no rank makes the others wait (> 5 % of a step)" + final)
                                        if n > 1 else "needs two or more ranks", theme.OK_COLOR if n > 1 else None)
@@ -171,7 +171,7 @@ class QtOverview(QtWidgets.QWidget):
             self.cost.show_values("no data", f"{gpus} {unit}s at {CURRENCY}{price:.2f} per hour{source}")
         else:
             wasted = snap.idle_share * gpus * price
-            when = " at its end (the run is over: nothing is spent now)" if snap.ended else source
+            when = ", at its end" if snap.ended else source
             self.cost.show_values(f"{CURRENCY}{wasted:,.2f} / h",
                                   f"{format_share(snap.idle_share)} idle x {gpus} {unit}s x {CURRENCY}{price:.2f} "
                                   f"per {unit}-hour{when}")
