@@ -183,7 +183,10 @@ def _with_callback(
     strategy = model.distribute_strategy
     if not _data_parallel(strategy):
         return args, kwargs, None
-    bound = signature.bind(model, *args, **kwargs)
+    try:
+        bound = signature.bind(model, *args, **kwargs)
+    except TypeError:  # arguments fit refuses: let fit say so, without us
+        return args, kwargs, None
     callbacks = bound.arguments.get("callbacks")
     if isinstance(callbacks, keras.callbacks.CallbackList):
         return args, kwargs, None  # a prepared CallbackList is the script's to own: not touched

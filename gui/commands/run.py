@@ -10,8 +10,8 @@ strategy.run are measured without a code change (see README, "Instrument your tr
 window or `ringscope record` listening at the endpoint. With RINGSCOPE_DISABLE=1 the command runs untouched.
 
 COMMAND runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to ringscope run are forwarded to that group
-(at a terminal, COMMAND gets the terminal, so Ctrl-C reaches it directly). The exit code is COMMAND's: its own
-code, 128+N when a signal N ended it, 127 when it cannot be found and 126 when it cannot be executed.
+(at a terminal, COMMAND gets the terminal, so Ctrl-C reaches it directly, and Ctrl-Z stops both). The exit code is
+COMMAND's: its own code, 128+N when a signal N ended it, 127 when it cannot be found, 126 when it cannot be run.
 """
 
 from __future__ import annotations
@@ -99,13 +99,37 @@ def run_command(command: Sequence[str], env: dict[str, str]) -> int:
             return EXIT_NOT_EXECUTABLE
         for signum in pending:
             _signal_group(child.pid, signum)
-        code = child.wait()
+        code = _wait(child, terminal)
     finally:
         if terminal is not None:
             _take_terminal_back(terminal)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 128 - code if code < 0 else code
+
+
+def _wait(child: subprocess.Popen[bytes], terminal: int | None) -> int:
+    """The child's exit status (negative: killed by that signal). At a terminal, a child stopped by Ctrl-Z stops
+    this process too, as a shell job would, and continues with it (``fg``/``bg``)."""
+    if terminal is None:
+        return child.wait()
+    while True:
+        try:
+            _, status = os.waitpid(child.pid, os.WUNTRACED)
+        except ChildProcessError:  # reaped elsewhere: Popen knows the code
+            return child.wait()
+        except InterruptedError:
+            continue
+        if not os.WIFSTOPPED(status):
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return child.returncode
+        _take_terminal_back(terminal)
+        os.kill(os.getpid(), signal.SIGSTOP)  # the shell sees its job stopped; fg/bg sends SIGCONT
+        try:
+            _set_foreground(terminal, child.pid)  # the child leads its own group
+        except OSError:  # continued in the background (bg): the child stays in the background too
+            pass
+        _signal_group(child.pid, signal.SIGCONT)
 
 
 def _signal_group(pid: int, signum: int) -> None:
