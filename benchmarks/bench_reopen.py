@@ -121,7 +121,9 @@ def _frames(runs: Any, quick: bool) -> list[dict[str, Any]]:
     window.show()
     out = []
     for label, zoom in (("whole run", None), ("zoomed to 60 s", 60.0)):
-        if zoom is not None and hasattr(window, "zoom_to_last"):
+        if zoom is None:
+            window.time_range.show_whole_run()
+        else:
             window.zoom_to_last(zoom)
         times = []
         for _ in range(10 if quick else 30):

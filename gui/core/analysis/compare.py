@@ -10,6 +10,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
@@ -101,6 +102,8 @@ def compare(a: Report, b: Report, label_a: str = "A", label_b: str = "B") -> Com
         MetricDelta("waste_share", "Cost of waiting share", "% of cost", 100 * a.cost.waste_share,
                     100 * b.cost.waste_share, True),
         MetricDelta("cost_per_step", "Cost per 1000 steps", a.cost.currency, _per_kstep(a), _per_kstep(b), True),
+        MetricDelta("cost_per_ksample", "Cost per 1000 samples", a.cost.currency, _per_ksample(a), _per_ksample(b),
+                    True),
         MetricDelta("ranks", "Ranks", "", float(len(a.analysis.ranks)), float(len(b.analysis.ranks)), None),
     ]
     return Comparison(a, b, label_a, label_b, metrics)
@@ -204,6 +207,13 @@ def _gap_ms(report: Report) -> float:
 def _per_kstep(report: Report) -> float | None:
     steps = report.analysis.steps_total / max(len(report.analysis.ranks), 1)
     return 1000 * report.cost.cost_total / steps if steps else None
+
+
+def _per_ksample(report: Report) -> float | None:
+    """Cost per 1000 samples (all ranks): the figure that compares runs of different batch sizes or rank counts."""
+    samples = report.session.steps["samples"]
+    total = float(np.nansum(samples)) if len(samples) and not np.isnan(samples).all() else 0.0
+    return 1000 * report.cost.cost_total / total if total > 0 else None
 
 
 def _num(value: float | None) -> str:

@@ -83,7 +83,10 @@ def estimate_cost(analysis: SessionAnalysis, session: SessionData, price_per_gpu
     price, source = resolve_price(price_per_gpu_hour, session)
     devices, unit, assumption = _devices(analysis, session)
     end_s = max(analysis.end_s, now_s or analysis.end_s)
-    duration_s = max(0.0, end_s - analysis.start_s)
+    # the devices are held from the first process's start (imports, process-group set-up), not from the first step
+    start_s = min([analysis.start_s, *(h.started_s for h in session.agents)]) if analysis.steps_total else \
+        analysis.start_s
+    duration_s = max(0.0, end_s - start_s)
     device_hours = devices * duration_s / 3600.0
     phases = phase_seconds(session.steps)
     # Each rank is one device: its idle seconds are that device's idle seconds. Warm-up steps count here (the
@@ -96,7 +99,7 @@ def estimate_cost(analysis: SessionAnalysis, session: SessionData, price_per_gpu
         since = analysis.checkpoints_s[-1]
         reason = "since the last checkpoint"
     else:
-        since = analysis.start_s
+        since = start_s
         reason = "no checkpoint recorded: the whole session"
     at_risk_hours = devices * max(0.0, end_s - since) / 3600.0
     return CostBreakdown(

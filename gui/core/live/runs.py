@@ -249,18 +249,22 @@ class LiveRuns:
                     continue
                 old = run.state
                 new = self._decide(run, now)
-                if new == old:
-                    continue
-                run.state = new
-                self._version += 1
-                changes.append((run.run_id, old, new))
-                if new in ENDED_STATES:
-                    # the meter never runs backwards: a later verdict (lost -> stopped) keeps the later end
-                    end = self._end_time(run, now)
-                    run.ended_s = end if old not in ENDED_STATES else max(end, run.ended_s)
+                if new != old:
+                    run.state = new
+                    self._version += 1
+                    changes.append((run.run_id, old, new))
+                # A run is over when its state says so, except a lost run whose other ranks still send: it goes
+                # on (its figures keep moving) until they too finish or fall silent.
+                over = new in ENDED_STATES and not (new == LOST and self._others_alive(run, now))
+                if over and not math.isfinite(run.ended_s):
+                    run.ended_s = self._end_time(run, now)
                     if run.store is not None:
                         run.store.end(new, run.ended_s)
-                else:
+                elif over and new != old and run.store is not None:
+                    # the meter never runs backwards: a later verdict (lost -> stopped) keeps the later end
+                    run.ended_s = max(self._end_time(run, now), run.ended_s)
+                    run.store.end(new, run.ended_s)
+                elif not over and math.isfinite(run.ended_s):
                     run.ended_s = math.nan
                     if run.store is not None:
                         run.store.reopen()
@@ -350,6 +354,11 @@ class LiveRuns:
         with self._lock:
             run = self._runs.get(run_id)
             return run.rank_agent.get(rank) if run is not None else None
+
+    def _others_alive(self, run: _Run, now: float) -> bool:
+        """Whether some agent of the run still sends (not finished, heard within the lost timeout)."""
+        return any(agent not in run.finished and now - run.last_seen.get(agent, -math.inf) <= self._lost_timeout_s
+                   for agent in run.agents)
 
     def _end_time(self, run: _Run, now: float) -> float:
         """When an ended run stopped costing: its last message, or the launcher's exit time, whichever is later.

@@ -107,6 +107,7 @@ def test_a_vanished_rank_makes_the_run_lost_and_a_late_verdict_keeps_the_later_e
     assert row.state == LOST
     snap = runs.store("run").snapshot(now_s=now)  # type: ignore[union-attr]
     assert snap.state[1] == STATE_LOST and snap.state[0] != STATE_LOST
+    assert not snap.ended  # rank 0 still sends: the run goes on, its figures keep moving
     lost_cost = row.cost(1.0)
     runs.note_launch("run", LaunchOutcome(STOPPED, -9, end + 0.5))  # the launcher's word arrives later
     assert runs.rows(now_s=now + 10)[0].cost(1.0) >= lost_cost
