@@ -30,6 +30,7 @@ from gui.core.launch import Launcher, connect_endpoint
 from gui.core.live.live_analysis import LiveAnalyzer
 from gui.core.live.runs import LiveRuns
 from gui.core.live.store import LiveStore
+from gui.core.live.watch import RunWatcher
 from gui.core.session_data import SessionData
 from gui.views import theme
 from gui.views.qt_background import start_background
@@ -139,10 +140,11 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     session_source = _session_source(recorder)
     analyzer = LiveAnalyzer(session_source or (lambda: window_ref[0].store.to_session_data()),
                             _price_reader(window_ref, prefs), priced_until=runs.priced_until)
+    watcher = RunWatcher(runs, recorder.note_event if recorder is not None else None)
     window = QtMainWindow(runs, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
                           launcher=launcher, cost_panel=QtCostPanel(), analyzer=analyzer,
                           session_source=session_source,
-                          access_token=keys.agent_keys.token if keys is not None else None)
+                          access_token=keys.agent_keys.token if keys is not None else None, watcher=watcher)
     window_ref.append(window)
     if window.process_panel is not None:
         window.process_panel.sig_run_finished.connect(

@@ -23,12 +23,15 @@ from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from gui.core.analysis.hang import HangVerdict
 from gui.core.live.runs import LiveRuns, RunRow
 from gui.core.live.store import STATE_LOST, LiveStore, Snapshot
+from gui.core.live.watch import RunWatcher
 from gui.core.session_data import SessionData
 from gui.views.qt_access_token import show_access_token
 from gui.views.qt_background import BackgroundJob, start_background
 from gui.views.qt_gpu_panel import QtGpuPanel
+from gui.views.qt_hang import QtHangDialog
 from gui.views.qt_overview import QtOverview
 from gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
 from gui.views.qt_process_panel import QtProcessPanel
@@ -85,7 +88,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
                  recorder: Any = None, launcher: Any = None,
                  cost_panel: QtWidgets.QWidget | None = None, analyzer: Any = None,
                  session_source: Callable[[], SessionData] | None = None, access_token: str | None = None,
-                 read_only: str | None = None) -> None:
+                 read_only: str | None = None, watcher: RunWatcher | None = None) -> None:
         super().__init__()
         self.runs: LiveRuns | None = source if isinstance(source, LiveRuns) else None
         self.store: LiveStore = source if isinstance(source, LiveStore) else LiveStore()
@@ -98,6 +101,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.analyzer = analyzer
         self.session_source = session_source
         self.read_only = read_only
+        self.watcher = watcher  # decides run states on the runs-table clock and records hangs
+        self.hangs: dict[str, HangVerdict] = {}  # the last hang verdict of each run that hung
         self.selected_run_id: str | None = None
         self.run_row: RunRow | None = None
         self.selection = RunSelection()
@@ -179,7 +184,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
             if text_due:
                 self._text_key = text_key
                 self._last_text_render = now
-                self.overview.render(snap, recording, self.preferences.price_per_gpu_hour or None, self.run_row)
+                self.overview.render(snap, recording, self.preferences.price_per_gpu_hour or None, self.run_row,
+                                     hang=self.current_hang())
                 size = _safe(lambda: int(self.recorder.file_bytes)) if self.recorder is not None else None
                 self.status.render(snap, self.endpoint, recording if self.recorder is not None else None, size,
                                    secure=bool(self.access_token), read_only=self.read_only)
@@ -199,6 +205,11 @@ class QtMainWindow(QtWidgets.QMainWindow):
         if self.runs is None:
             return []
         self._last_runs_refresh = time.monotonic()
+        if self.watcher is not None:
+            for notice in self.watcher.tick():
+                self.hangs[notice.run_id] = notice.verdict
+                self.status.showMessage(f"Run {notice.run_id} {notice.verdict.summary(time.time())} — Run ▸ Hang "
+                                        "details… (Ctrl+H) shows the stacks", 30_000)
         rows = self.runs.rows()
         self.runs_model.set_rows(rows, self.preferences.price_per_gpu_hour or None)
         shown = self.selected_run_id
@@ -382,6 +393,9 @@ class QtMainWindow(QtWidgets.QMainWindow):
         file_menu.addSeparator()
         self.action_preferences = self._action(file_menu, "&Preferences…", "Ctrl+,", self.open_preferences, "")
         self._action(file_menu, "&Quit", "Ctrl+Q", self.close, "")
+        run_menu = menu.addMenu("&Run")
+        run_menu.addAction(self.runs_table.compare_action)
+        self.action_hang = self._action(run_menu, "&Hang details…", "Ctrl+H", self.show_hang_details, "")
         view_menu = menu.addMenu("&View")
         view_menu.addAction(self.runs_dock.toggleViewAction())
         view_menu.addAction(self.ranks_dock.toggleViewAction())
@@ -403,6 +417,22 @@ class QtMainWindow(QtWidgets.QMainWindow):
         return action
 
     # ---- Slots ---------------------------------------------------------------------------------------------------
+
+    def current_hang(self) -> HangVerdict | None:
+        """The selected run's hang verdict while it is hung, else None."""
+        if self.runs is None or self.selected_run_id is None:
+            return None
+        return self.runs.hang(self.selected_run_id)
+
+    def show_hang_details(self) -> QtHangDialog | None:
+        """Show the selected run's hang verdict and the stuck ranks' stacks (the last one, if it recovered)."""
+        if self.selected_run_id is None:
+            return None
+        live = self.current_hang()
+        dialog = QtHangDialog(self.selected_run_id, live or self.hangs.get(self.selected_run_id), self,
+                              still_hung=live is not None)
+        dialog.show()
+        return dialog
 
     def open_preferences(self) -> None:
         """Show the preferences dialog; save and apply what the user accepts."""

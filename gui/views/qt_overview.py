@@ -7,6 +7,7 @@ cause, the straggler, and the cost of waiting. Receives snapshots; owns no state
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from PySide6 import QtCore, QtWidgets
 
 from agent.schema import field_doc
 from gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
+from gui.core.analysis.hang import HangVerdict
 from gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import format_seconds, format_share
@@ -78,8 +80,10 @@ class QtOverview(QtWidgets.QWidget):
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
-    def render(self, snap: Snapshot, recording: str, price_per_gpu_hour: float | None, run: Any = None) -> None:
-        """Show one snapshot; ``run`` is the selected run's row of the runs table (state, exit code), if any."""
+    def render(self, snap: Snapshot, recording: str, price_per_gpu_hour: float | None, run: Any = None,
+               hang: HangVerdict | None = None) -> None:
+        """Show one snapshot; ``run`` is the selected run's row of the runs table (state, exit code), if any;
+        ``hang`` the verdict while the run is hung (the straggler card then names the ranks that did not arrive)."""
         n = len(snap.state)
         lost = snap.state.count(STATE_LOST)
         finished = snap.state.count(STATE_FINISHED)
@@ -115,7 +119,14 @@ class QtOverview(QtWidgets.QWidget):
                                   + (" · at the end" if snap.ended else ""),
                                   theme.ALERT_COLOR if snap.idle_share > 0.5 else None)
         final = " (final verdict)" if snap.ended else ""
-        if snap.straggler is None:
+        if hang is not None:
+            now = time.time()
+            stuck = ", ".join(str(p.rank) for p in hang.stuck) or "none outside the collective"
+            self.straggler.show_values(f"hung · stuck: rank {stuck}" if hang.stuck else "hung",
+                                       f"{hang.summary(now)}; {hang.device_hours(now):.3f} device-hours burnt "
+                                       "waiting · Run ▸ Hang details… (Ctrl+H) shows the stacks",
+                                       theme.ALERT_COLOR)
+        elif snap.straggler is None:
             self.straggler.show_values("none", ("no rank makes the others wait (> 5 % of a step)" + final)
                                        if n > 1 else "needs two or more ranks", theme.OK_COLOR if n > 1 else None)
         else:

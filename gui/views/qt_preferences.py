@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from PySide6 import QtCore, QtWidgets
 
+from gui.core.analysis.runs import LOST_TIMEOUT_S
 from gui.core.ingest.collector import DEFAULT_BIND
 
 ORGANIZATION = "Ringscope"
@@ -23,7 +24,7 @@ class Preferences:
     endpoint: str = DEFAULT_BIND
     theme: str = "dark"
     price_per_gpu_hour: float = 0.0
-    lost_timeout_s: float = 5.0
+    lost_timeout_s: float = LOST_TIMEOUT_S  # agents beat every second: 2 s of silence is a dead rank
 
 
 def _settings() -> QtCore.QSettings:
