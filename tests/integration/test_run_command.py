@@ -5,9 +5,9 @@ with 2 logical CPU devices). The known truths are injected delays: a sleep in th
 (data wait), a sleep in rank 1's compute (straggler), a sleep in the tf.data pipeline of a custom loop. The
 reference for the zero-code figures is the same script instrumented by hand (``--manual``) under plain torchrun.
 
-Cost (2 cores): runs whose timing is asserted run one at a time; the runs that only check output, exit codes and
-silence (plain, RINGSCOPE_DISABLE=1, broken injection, a script instrumenting itself) run concurrently in one batch,
-the DDP ones on one rank. Each run is a module-scoped fixture shared by several tests.
+Cost (2 cores): the runs compared with each other run one at a time; the runs that check output, exit codes,
+silence and step counts (plain, RINGSCOPE_DISABLE=1, broken injection, scripts instrumenting themselves) run
+concurrently in one batch, the short DDP ones on one rank. Each run is a module-scoped fixture shared by tests.
 """
 
 from __future__ import annotations
@@ -158,14 +158,6 @@ def ddp_manual(receivers: list[TelemetryReceiver]) -> Finished:
 
 
 @pytest.fixture(scope="module")
-def ddp_manual_under_run(receivers: list[TelemetryReceiver]) -> Finished:
-    """The hand-instrumented script under ringscope run: it must be measured once."""
-    receiver = _receiver(receivers)
-    command = _ringscope_run(receiver, "manual-under-run", _torchrun([*DDP_TIMED_ARGS, "--manual"]))
-    return Command(command, _env(), receiver).wait(2)
-
-
-@pytest.fixture(scope="module")
 def keras_zero_code(receivers: list[TelemetryReceiver]) -> Finished:
     """The plain Keras script (fit, then a custom loop) under ringscope run."""
     receiver = _receiver(receivers)
@@ -178,7 +170,7 @@ def untimed(receivers: list[TelemetryReceiver]) -> dict[str, Finished]:
     """Runs checked for output, exit code and silence only, started together to share the machine's time."""
     short_ddp = ["--steps", "5", "--exit-code", "3"]
     keras = [sys.executable, str(KERAS_SCRIPT), *KERAS_ARGS]
-    off, broken, broken_keras, own = (_receiver(receivers) for _ in range(4))
+    off, broken, broken_keras, own, manual = (_receiver(receivers) for _ in range(5))
     plans: dict[str, tuple[list[str], dict[str, str], TelemetryReceiver | None, int]] = {
         "ddp_plain": (_torchrun(short_ddp, 1), _env(), None, 0),
         "ddp_disabled": (_ringscope_run(off, "off", _torchrun(short_ddp, 1)), _env(RINGSCOPE_DISABLE="1"), off, 0),
@@ -188,6 +180,9 @@ def untimed(receivers: list[TelemetryReceiver]) -> dict[str, Finished]:
         "keras_broken": (_ringscope_run(broken_keras, "broken-keras", keras),
                          _env(RINGSCOPE_INJECT_FAULT="attach"), broken_keras, 0),
         "keras_own_callback": (_ringscope_run(own, "own-callback", [*keras, "--manual-callback"]), _env(), own, 1),
+        # the hand-instrumented DDP script under ringscope run: it must be measured once
+        "ddp_manual_under_run": (_ringscope_run(manual, "manual-under-run", _torchrun([*DDP_TIMED_ARGS, "--manual"])),
+                                 _env(), manual, 2),
     }
     started = {name: (Command(argv, env, receiver), agents) for name, (argv, env, receiver, agents) in plans.items()}
     finished = {name: command.wait(agents) for name, (command, agents) in started.items()}
@@ -239,17 +234,17 @@ def test_zero_code_ddp_identity_is_torchruns_with_one_run_id(ddp_zero_code: Fini
     assert ddp_zero_code.off_lines() == []
 
 
-def test_a_script_that_instruments_itself_is_measured_once(
-    ddp_manual_under_run: Finished, ddp_manual: Finished
-) -> None:
-    run = ddp_manual_under_run
+def test_a_script_that_instruments_itself_is_measured_once(untimed: dict[str, Finished], ddp_manual: Finished) -> None:
+    run = untimed["ddp_manual_under_run"]
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.receiver is not None
+    assert run.receiver is not None and run.off_lines() == []
     assert len({h.agent_id for h in run.receiver.hellos()}) == 2, "one agent per rank, not two"
     for rank in (0, 1):
-        assert sorted(s.step for s in run.receiver.steps(rank)) == list(range(DDP_STEPS))
-        for field in ("data_wait_s", "compute_s", "comm_exposed_s"):
-            _agree(_median(run.steady(rank), field), _median(ddp_manual.steady(rank), field), f"rank {rank} {field}")
+        assert sorted(s.step for s in run.receiver.steps(rank)) == list(range(DDP_STEPS)), "each step once"
+        # ran beside other processes: the injected sleeps are the checkable figures here
+        assert abs(_median(run.steady(rank), "data_wait_s") - DATA_DELAY_S) <= 0.1 * DATA_DELAY_S
+    extra_compute = _median(run.steady(SLOW_RANK), "compute_s") - _median(run.steady(0), "compute_s")
+    assert abs(extra_compute - SLOW_S) <= 0.1 * SLOW_S
     assert run.result_line == ddp_manual.result_line
 
 
