@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,11 +58,18 @@ def _free_port() -> int:
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
+    """Kill the process and every descendant: torchrun starts its ranks in sessions of their own, so killing its
+    process group would leave them running."""
+    try:
+        family = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    for member in family:
         try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            member.kill()
+        except psutil.NoSuchProcess:
             pass
+    psutil.wait_procs(family, timeout=10)
     process.wait(10)
 
 

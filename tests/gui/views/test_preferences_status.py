@@ -48,13 +48,13 @@ def test_dialog_edits_a_copy_and_window_applies_it(qtbot, temp_settings) -> None
     qtbot.addWidget(window)
     dialog = QtPreferencesDialog(window.preferences, window)
     qtbot.addWidget(dialog)
-    dialog.timeout.setValue(2.5)
+    dialog.timeout.setValue(3.5)
     dialog.price.setValue(4.0)
     dialog.theme.setCurrentText("light")
     edited = dialog.result_preferences()
-    assert window.preferences.lost_timeout_s == 5.0  # untouched until applied
+    assert window.preferences.lost_timeout_s == Preferences().lost_timeout_s == 2.0  # untouched until applied
     window.apply_preferences(edited)
-    assert store.lost_timeout_s == 2.5 and window.preferences.price_per_gpu_hour == 4.0
+    assert store.lost_timeout_s == 3.5 and window.preferences.price_per_gpu_hour == 4.0
     assert window.action_preferences.shortcut().toString() == "Ctrl+,"
     assert window.action_launch.shortcut().toString() == "Ctrl+L"
     assert window.action_export.shortcut().toString() == "Ctrl+E"
