@@ -46,6 +46,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import dataloader
 
+from agent.heartbeat import COMPUTE, DATA_WAIT
 from agent.inject import guard
 from agent.schema import EventKind
 from agent.torch_ddp import ZERO_CODE_ATTRIBUTE, new_probe
@@ -155,11 +156,13 @@ class ZeroCodeAttachment:
         """A batch is requested: end a step whose gradients were reduced but no optimizer step ended it."""
         if _reduced_since_boundary(self.probe):
             self._end_step()
+        self.probe.position.enter(DATA_WAIT, self.probe.next_step)  # for the heartbeat: where this rank is
 
     def batch_ready(self, started_wall_s: float, waited_s: float, first: bool, batch: Any) -> None:
         """The training loop got a batch after waiting ``waited_s``."""
         self.probe._batch_ready(started_wall_s, waited_s, first)
         self._samples = _batch_samples(batch)
+        self.probe.position.enter(COMPUTE)
 
     def optimizer_stepped(self) -> None:
         """An optimizer step finished: it ends the step if the model's gradients were all-reduced since the last
@@ -237,10 +240,10 @@ class CommHookSlot:
         if not guard.active():
             self.timed = None
         elif is_plain_allreduce(hook):  # PyTorch's allreduce_hook on ``state`` (a group or None): the fused path
-            self.timed, self.timed_state = timed_allreduce_hook(state, self._probe.current_marks,
+            self.timed, self.timed_state = timed_allreduce_hook(state, self._probe.bucket_marks,
                                                                 self._probe.clock), None
         else:
-            self.timed = timed_hook(hook, self._probe.current_marks, self._probe.clock)
+            self.timed = timed_hook(hook, self._probe.bucket_marks, self._probe.clock)
             self.timed_state = state
 
     def _dispatcher(self) -> Callable[[Any, Any], Any]:
