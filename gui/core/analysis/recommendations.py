@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+
 from gui.core.analysis.cost import CostBreakdown
 from gui.core.analysis.summary import SessionAnalysis
 
@@ -89,14 +91,9 @@ def recommend(analysis: SessionAnalysis, cost: CostBreakdown) -> list[Recommenda
             f"(e.g. every 30 min) so a failure loses less.",
             "Time since last checkpoint", hours_since, t["checkpoint_risk_hours"].unit,
             t["checkpoint_risk_hours"].limit))
-    medians = [g.util_p50 for g in analysis.gpus if g.util_p50 is not None]
-    if medians and min(medians) <= t["low_gpu_util"].limit:
-        worst = min(analysis.gpus, key=lambda g: g.util_p50 if g.util_p50 is not None else 101.0)
-        out.append(Recommendation(
-            "low_gpu_util", "medium", f"GPU {worst.host}:{worst.gpu_index} is mostly idle",
-            "Raise the batch size, overlap data loading, or use fewer GPUs; the idle share above says where the "
-            "time goes.", f"Median utilization of GPU {worst.host}:{worst.gpu_index}", min(medians),
-            t["low_gpu_util"].unit, t["low_gpu_util"].limit))
+    low_gpu = _low_gpu_recommendation(analysis)
+    if low_gpu is not None:
+        out.append(low_gpu)
     quality = analysis.data_quality
     lost = quality.missing_messages + sum(quality.rejected.values()) + quality.agent_dropped_records
     if lost >= t["data_quality"].limit:
@@ -106,6 +103,34 @@ def recommend(analysis: SessionAnalysis, cost: CostBreakdown) -> list[Recommenda
             "Lost or rejected messages", float(lost), t["data_quality"].unit, t["data_quality"].limit))
     order = {"high": 0, "medium": 1, "info": 2}
     return sorted(out, key=lambda r: order[r.severity])
+
+
+def _low_gpu_recommendation(analysis: SessionAnalysis) -> Recommendation | None:
+    """One recommendation for all mostly idle GPUs together ("7 of 8 GPUs ~45 % busy"), never one GPU named as if
+    it were alone; a single idle GPU among busy ones is named."""
+    limit = THRESHOLDS["low_gpu_util"]
+    measured = [g for g in analysis.gpus if g.util_p50 is not None]
+    idle = sorted((g for g in measured if g.util_p50 is not None and g.util_p50 <= limit.limit),
+                  key=lambda g: g.util_p50 if g.util_p50 is not None else 0.0)
+    if not idle:
+        return None
+    medians = [g.util_p50 for g in idle if g.util_p50 is not None]
+    typical = float(np.median(medians))
+    advice = ("Raise the batch size, overlap data loading, or use fewer GPUs; the idle share above says where the "
+              "time goes.")
+    if len(idle) == 1:
+        name = f"{idle[0].host}:{idle[0].gpu_index}"
+        return Recommendation(
+            "low_gpu_util", "medium",
+            f"GPU {name} is mostly idle ({typical:.0f} % busy)" + (f"; the other {len(measured) - 1} are busier"
+                                                                  if len(measured) > 1 else ""),
+            advice, f"Median utilization of GPU {name}", typical, limit.unit, limit.limit)
+    spread = f"{min(medians):.0f}–{max(medians):.0f} %" if max(medians) - min(medians) >= 1 else f"{typical:.0f} %"
+    idlest = ", ".join(f"{g.host}:{g.gpu_index}" for g in idle[:3])
+    return Recommendation(
+        "low_gpu_util", "medium", f"{len(idle)} of {len(measured)} GPUs ~{typical:.0f} % busy",
+        f"{advice} Medians range {spread}; idlest: {idlest}{', …' if len(idle) > 3 else ''}.",
+        f"Median utilization (median over the {len(idle)} idle GPUs)", typical, limit.unit, limit.limit)
 
 
 def _fmt(value: float, unit: str) -> str:

@@ -336,13 +336,46 @@ def _timeline(steps: Columns, phases: dict[str, np.ndarray], start_s: float, end
         step_s = np.bincount(index, weights=np.nan_to_num(steps["step_s"]), minlength=count) / per_bucket
     samples = steps["samples"]
     if len(samples) and not np.isnan(samples).all():
-        throughput = np.bincount(index, weights=np.nan_to_num(samples), minlength=count) / bucket_s
-        unit = "samples/s"
+        amounts, unit = np.nan_to_num(np.asarray(samples, dtype=np.float64)), "samples/s"
     else:
-        throughput, unit = per_bucket / bucket_s, "steps/s"
-    throughput = np.where(per_bucket > 0, throughput, np.nan)  # an empty bucket is a gap, not zero throughput
+        amounts, unit = np.ones(len(steps["end_s"])), "steps/s"
+    throughput = _bucket_rate(steps, amounts, start_s, end_s, bucket_s, count)
     return Timeline(bucket_s=bucket_s, start_s=np.arange(count) * bucket_s, phase_s=phase_s, step_s=step_s,
                     throughput=throughput, throughput_unit=unit)
+
+
+def _bucket_rate(steps: Columns, amounts: np.ndarray, start_s: float, end_s: float, bucket_s: float,
+                 count: int) -> np.ndarray:
+    """Per bucket: the amount (samples or steps) done per second of the time the bucket covers.
+
+    Each step's amount is spread over the buckets its ``[start_s, end_s]`` overlaps, in proportion to the overlap.
+    Counting a whole step in the bucket its end falls in made steady steps read as periodic spikes (a bucket got
+    one step more or less whenever steps straddled its edges). A bucket no step overlaps is NaN: a gap, not 0.
+    """
+    rate = np.zeros(count)
+    covered = np.zeros(count)
+    begin = np.asarray(steps["start_s"], dtype=np.float64) - start_s
+    finish = np.asarray(steps["end_s"], dtype=np.float64) - start_s
+    valid = np.isfinite(begin) & np.isfinite(finish)
+    begin, finish, amounts = begin[valid], np.maximum(finish[valid], begin[valid]), amounts[valid]
+    if len(begin):
+        duration = finish - begin
+        first = np.clip((begin // bucket_s).astype(np.int64), 0, count - 1)
+        last = np.clip((finish // bucket_s).astype(np.int64), 0, count - 1)
+        active = np.arange(len(begin))
+        for offset in range(int((last - first).max()) + 1):  # most steps lie in 1 or 2 buckets
+            active = active[last[active] - first[active] >= offset]
+            bucket = first[active] + offset
+            overlap = np.clip(np.minimum(finish[active], (bucket + 1) * bucket_s)
+                              - np.maximum(begin[active], bucket * bucket_s), 0.0, None)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = np.where(duration[active] > 0, overlap / duration[active], 1.0)
+            rate += np.bincount(bucket, weights=amounts[active] * share, minlength=count)
+            covered += np.bincount(bucket, weights=(overlap > 0) | (duration[active] == 0), minlength=count)
+    span = max(end_s - start_s, 1e-9)
+    edges = np.arange(count) * bucket_s
+    seconds = np.clip(np.minimum(edges + bucket_s, span) - edges, 1e-9, None)  # the last bucket may be partial
+    return np.where(covered > 0, rate / seconds, np.nan)
 
 
 def _nice_bucket(raw: float) -> float:

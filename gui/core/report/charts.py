@@ -1,16 +1,20 @@
 """Report charts drawn with matplotlib's object API (``Figure`` + Agg/SVG/PDF canvases), never pyplot, never Qt.
 
 Owns the look of the exported pictures: stacked step-time columns over time, per-rank stacked horizontal bars,
-throughput, per-GPU utilization and the cost split, all in the phase colors of ``gui.core.phases``. Every axis has
-units; a chart that shows only part of the data says so in its title.
+throughput, per-GPU utilization and the cost split, all in the phase colors of ``gui.core.phases``. Each chart is a
+``draw_*`` function onto a given ``Axes`` (the PDF lays several out on an A4 page, the comparison puts A and B side
+by side on a shared scale) and a ``Figure``-returning wrapper. Every axis has units, every chart a title; a chart
+that shows only part of the data says so in its title, and a chart without data says "no data".
 """
 
 from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Callable
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
@@ -22,11 +26,19 @@ MAX_RANK_BARS: int = 32
 _CAUSE_COLORS = {"allreduce_stall": COMM_EXPOSED.color, "data_loader_idle": DATA_WAIT.color, "other": OTHER.color}
 
 
-def step_breakdown_columns(analysis: SessionAnalysis) -> Figure:
-    """Stacked columns per time bucket: mean seconds per step in each phase (TensorBoard's step-time graph)."""
-    fig = Figure(figsize=(9, 3.4))
-    ax = fig.add_subplot()
+# ---- Public API: drawing onto an Axes -----------------------------------------------------------------------------
+
+
+def draw_step_breakdown(ax: Axes, analysis: SessionAnalysis, *, title: str | None = None,
+                        legend: bool = True) -> None:
+    """Stacked columns per time bucket: mean milliseconds per step in each phase (TensorBoard's step-time graph)."""
     t = analysis.timeline
+    ax.set_title(title or "Step-time breakdown over time (all ranks)", fontsize=9, loc="left")
+    ax.set_xlabel(f"time since start (s), {t.bucket_s:g} s buckets", fontsize=8)
+    ax.set_ylabel("mean step time (ms)", fontsize=8)
+    if not analysis.steps_total:
+        no_data(ax)
+        return
     bottom = np.zeros(len(t.start_s))
     for phase in PHASES:
         values = np.nan_to_num(t.phase_s[phase.name]) * 1e3
@@ -37,63 +49,63 @@ def step_breakdown_columns(analysis: SessionAnalysis) -> Figure:
     if empty.any():
         ax.bar(t.start_s[empty], np.full(empty.sum(), max(bottom.max(), 1.0)), width=t.bucket_s * 0.9,
                align="edge", color=NO_DATA_COLOR, alpha=0.4, label="no data")
-    ax.set_xlabel(f"time since start (s), {t.bucket_s:g} s buckets")
-    ax.set_ylabel("mean step time (ms)")
-    ax.set_title("Step-time breakdown over time (all ranks)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
-    return fig
+    _style(ax)
+    if legend:
+        side_legend(ax)
 
 
-def rank_bars(analysis: SessionAnalysis) -> Figure:
+def draw_rank_bars(ax: Axes, analysis: SessionAnalysis, *, title: str | None = None, legend: bool = True) -> None:
     """One stacked horizontal bar per rank: share of step time per phase; the straggler's label in red."""
-    ranks, title = _ranks_to_show(analysis)
-    fig = Figure(figsize=(9, max(2.0, 0.3 * len(ranks) + 1.2)))
-    ax = fig.add_subplot()
+    ranks, shown = ranks_to_show(analysis)
+    ax.set_title(title + " — " + shown if title else shown, fontsize=9, loc="left")
+    ax.set_xlabel("share of step time (%), steady state", fontsize=8)
+    ax.set_xlim(0, 100)
+    if not ranks:
+        no_data(ax)
+        return
     y = np.arange(len(ranks))
     left = np.zeros(len(ranks))
     for phase in PHASES:
         values = np.array([r.breakdown.shares[phase.name] for r in ranks]) * 100
         ax.barh(y, values, left=left, color=phase.color, label=phase.label)
         left += values
-    ax.set_yticks(y, [f"rank {r.rank}" for r in ranks])
+    ax.set_yticks(y, [f"rank {r.rank}" for r in ranks], fontsize=7 if len(ranks) <= 16 else 5.5)
     straggler = analysis.straggler.rank if analysis.straggler else None
     for label, summary in zip(ax.get_yticklabels(), ranks, strict=True):
         if summary.rank == straggler:
             label.set_color(ALERT_COLOR)
             label.set_fontweight("bold")
     ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of step time (%), steady state")
-    ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
-    return fig
+    _style(ax)
+    if legend:
+        side_legend(ax)
 
 
-def throughput_line(analysis: SessionAnalysis) -> Figure:
+def draw_throughput(ax: Axes, analysis: SessionAnalysis, *, title: str | None = None, color: str = COMPUTE.color,
+                    label: str | None = None) -> None:
     """Global throughput per time bucket; empty buckets are gaps, not zeros."""
-    fig = Figure(figsize=(9, 2.6))
-    ax = fig.add_subplot()
     t = analysis.timeline
-    ax.plot(t.start_s + t.bucket_s / 2, t.throughput, color=COMPUTE.color, marker=".")
-    ax.set_xlabel("time since start (s)")
-    ax.set_ylabel(t.throughput_unit)
-    ax.set_ylim(bottom=0)
-    ax.set_title("Throughput (all ranks)")
-    fig.tight_layout()
-    return fig
+    ax.set_title(title or "Throughput (all ranks)", fontsize=9, loc="left")
+    ax.set_xlabel("time since start (s)", fontsize=8)
+    ax.set_ylabel(t.throughput_unit, fontsize=8)
+    if not np.isfinite(t.throughput).any():
+        no_data(ax)
+        return
+    ax.plot(t.start_s + t.bucket_s / 2, t.throughput, color=color, marker=".", label=label)
+    ax.set_ylim(bottom=0, top=float(np.nanmax(t.throughput)) * 1.15)
+    _style(ax)
 
 
-def gpu_utilization(analysis: SessionAnalysis) -> Figure:
-    """Per-GPU median utilization with p5..p95 whiskers, red when mostly idle; a plain statement without GPUs."""
+def draw_gpu_utilization(ax: Axes, analysis: SessionAnalysis) -> None:
+    """Per-GPU median utilization with p5..p95 whiskers, red when mostly idle; the statement when no GPU."""
     gpus = analysis.gpus[:MAX_RANK_BARS]
-    fig = Figure(figsize=(9, max(1.6, 0.3 * len(gpus) + 1.2)))
-    ax = fig.add_subplot()
+    shown = f" (first {len(gpus)} of {len(analysis.gpus)})" if len(analysis.gpus) > len(gpus) else ""
+    ax.set_title("GPU utilization" + shown + ": median, whiskers p5..p95", fontsize=9, loc="left")
+    ax.set_xlabel("NVML utilization (%) — time some kernel ran, not SM occupancy", fontsize=8)
+    ax.set_xlim(0, 100)
     if not gpus:
-        ax.axis("off")
-        ax.text(0.5, 0.5, analysis.gpu_statement, ha="center", va="center", fontsize=12)
-        return fig
+        no_data(ax, analysis.gpu_statement)
+        return
     y = np.arange(len(gpus))
     p50 = np.array([g.util_p50 if g.util_p50 is not None else np.nan for g in gpus])
     colors = [ALERT_COLOR if (v is not None and v < 50) else COMPUTE.color for v in p50]
@@ -101,34 +113,71 @@ def gpu_utilization(analysis: SessionAnalysis) -> Figure:
     low = np.array([g.util_p5 if g.util_p5 is not None else np.nan for g in gpus])
     high = np.array([g.util_p95 if g.util_p95 is not None else np.nan for g in gpus])
     ax.errorbar(np.nan_to_num(p50), y, xerr=[np.nan_to_num(p50 - low), np.nan_to_num(high - p50)], fmt="none",
-                ecolor="black", capsize=3)
-    ax.set_yticks(y, [f"{g.host}:{g.gpu_index}" + (f" (rank {g.rank})" if g.rank is not None else "") for g in gpus])
+                ecolor="black", capsize=2, linewidth=0.8)
+    ax.set_yticks(y, [f"{g.host}:{g.gpu_index}" + (f" (rank {g.rank})" if g.rank is not None else "") for g in gpus],
+                  fontsize=7 if len(gpus) <= 16 else 5.5)
     ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("NVML utilization (%): median, whiskers p5..p95 — time some kernel ran, not SM occupancy")
-    shown = f" (first {len(gpus)} of {len(analysis.gpus)})" if len(analysis.gpus) > len(gpus) else ""
-    ax.set_title("GPU utilization" + shown)
-    fig.tight_layout()
-    return fig
+    _style(ax)
 
 
-def cost_split(cost: CostBreakdown) -> Figure:
+def draw_cost_split(ax: Axes, cost: CostBreakdown) -> None:
     """One horizontal bar: useful compute vs each waiting cause, in money."""
-    fig = Figure(figsize=(9, 1.8))
-    ax = fig.add_subplot()
     useful = max(cost.cost_total - cost.waste_total, 0.0)
     left = 0.0
     parts = [("Compute (useful)", useful, COMPUTE.color)]
     parts += [(WASTE_CAUSES[c], cost.waste_cost[c], _CAUSE_COLORS[c]) for c in WASTE_CAUSES]
     for label, value, color in parts:
-        ax.barh([0], [value], left=left, color=color, label=f"{label}: {cost.currency}{value:,.2f}")
+        amount = f"{value:,.2f}" if value >= 1 or value == 0 else f"{value:.4f}"  # cents of a short run read 0.00
+        ax.barh([0], [value], left=left, color=color, label=f"{label}: {cost.currency}{amount}")
         left += value
     ax.set_yticks([])
-    ax.set_xlabel(f"cost ({cost.currency}, {cost.price_per_gpu_hour:g} per {cost.unit[:-1]})")
-    ax.set_title("Where the money went")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
-    return fig
+    ax.set_xlabel(f"cost ({cost.currency}, {cost.price_per_gpu_hour:g} per {cost.unit[:-1]})", fontsize=8)
+    ax.set_title("Where the money went", fontsize=9, loc="left")
+    _style(ax)
+    side_legend(ax)
+
+
+def side_legend(ax: Axes) -> None:
+    """The legend to the right of the axes, small, without a frame."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+
+
+def no_data(ax: Axes, text: str = "no data") -> None:
+    """Say "no data" (or why) in the middle of an empty chart: no data is not zero."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, color="#555", transform=ax.transAxes, wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    _style(ax)
+
+
+# ---- Public API: whole figures (HTML fallback pictures) -----------------------------------------------------------
+
+
+def step_breakdown_columns(analysis: SessionAnalysis) -> Figure:
+    """The step-time breakdown as its own figure."""
+    return _figure((9, 3.4), lambda ax: draw_step_breakdown(ax, analysis))
+
+
+def rank_bars(analysis: SessionAnalysis) -> Figure:
+    """The per-rank breakdown as its own figure."""
+    count = len(ranks_to_show(analysis)[0])
+    return _figure((9, max(2.0, 0.3 * count + 1.2)), lambda ax: draw_rank_bars(ax, analysis))
+
+
+def throughput_line(analysis: SessionAnalysis) -> Figure:
+    """Throughput as its own figure."""
+    return _figure((9, 2.6), lambda ax: draw_throughput(ax, analysis))
+
+
+def gpu_utilization(analysis: SessionAnalysis) -> Figure:
+    """GPU utilization as its own figure."""
+    count = min(len(analysis.gpus), MAX_RANK_BARS)
+    return _figure((9, max(1.6, 0.3 * count + 1.2)), lambda ax: draw_gpu_utilization(ax, analysis))
+
+
+def cost_split(cost: CostBreakdown) -> Figure:
+    """The cost split as its own figure."""
+    return _figure((9, 1.8), lambda ax: draw_cost_split(ax, cost))
 
 
 def to_svg(fig: Figure) -> str:
@@ -146,7 +195,23 @@ def to_png_base64(fig: Figure, dpi: int = 100) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _ranks_to_show(analysis: SessionAnalysis) -> tuple[list[RankSummary], str]:
+# ---- Helpers ------------------------------------------------------------------------------------------------------
+
+
+def _figure(size: tuple[float, float], draw: Callable[[Axes], None]) -> Figure:
+    fig = Figure(figsize=size)
+    draw(fig.add_subplot())
+    fig.tight_layout()
+    return fig
+
+
+def _style(ax: Axes) -> None:
+    ax.tick_params(labelsize=7)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def ranks_to_show(analysis: SessionAnalysis) -> tuple[list[RankSummary], str]:
     ranks = [r for r in analysis.per_rank if r.breakdown.steps]
     if len(ranks) <= MAX_RANK_BARS:
         return ranks, "Per-rank breakdown (steady state)"

@@ -48,20 +48,48 @@ def headline_rows(report: Report) -> Rows:
         ("Source", a.source),
         ("Framework / strategy", f"{a.framework} / {a.strategy}"),
         ("Ranks", f"{len(a.ranks)} (world size {a.world_size})"),
-        ("Started", _when(a.start_s)),
+        ("Started", when_text(a.start_s)),
         ("Duration", duration_text(a.duration_s)),
         ("Steps", f"{a.steps_total:,} recorded, {a.steps_steady:,} in steady state"),
-        ("Mean step time", f"{a.overall.step_s * 1e3:.1f} ms (steady state)"),
-        ("Throughput", throughput),
+        ("Mean step time", f"{a.overall.step_s * 1e3:.1f} ms (steady state)" if a.overall.steps else NO_DATA),
+        ("Throughput", throughput if a.overall.steps else NO_DATA),
         ("Time split", ", ".join(f"{p.label} {shares[p.name]:.1%}" for p in PHASES)
-         if a.overall.phases_measured else NOT_MEASURED),
-        ("Idle share", f"{a.overall.idle_share:.1%} of step time" if a.overall.phases_measured else NOT_MEASURED),
+         if a.overall.phases_measured else _unmeasured(a)),
+        ("Idle share", f"{a.overall.idle_share:.1%} of step time" if a.overall.phases_measured
+         else _unmeasured(a)),
         ("Straggler", straggler_text(a)),
         ("Cost so far", money(c, c.cost_total) + f" ({hours_text(c.device_hours)} {c.unit})"),
         ("Cost of waiting", money(c, c.waste_total) + f" ({c.waste_share:.1%} of the cost)"
-         if c.waste_measured else NOT_MEASURED),
+         if c.waste_measured and a.overall.steps else _unmeasured(a)),
         ("GPUs", a.gpu_statement),
     ]
+
+
+NO_DATA = "no data"
+"""What a figure reads when the session has no steps to compute it from (never "0.0 ms" or "0.0 %")."""
+
+
+def verdict(report: Report) -> str:
+    """The run's health in one sentence: the first thing a reader of the report needs."""
+    a = report.analysis
+    if not a.overall.steps:
+        return "No data: this session recorded no training steps, so there is nothing to judge."
+    if not a.overall.phases_measured:
+        return (f"Steps of {a.overall.step_s * 1e3:.1f} ms on {len(a.ranks)} rank(s); where the time went is not "
+                "measured (Keras fit).")
+    idle = a.overall.idle_share
+    cause = max((p for p in PHASES if p.name != "compute"), key=lambda p: a.overall.shares[p.name])
+    if a.straggler is not None:
+        return (f"Rank {a.straggler.rank} is a straggler: every other rank waits {a.straggler.gap_s * 1e3:.1f} ms per "
+                f"step for it ({idle:.0%} of step time is idle).")
+    if idle < 0.15:
+        return f"Healthy: {1 - idle:.0%} of step time is compute on {len(a.ranks)} rank(s)."
+    return (f"{idle:.0%} of step time is idle, mostly {cause.label[0].lower()}{cause.label[1:]} "
+            f"({a.overall.shares[cause.name]:.0%}).")
+
+
+def _unmeasured(analysis: SessionAnalysis) -> str:
+    return NOT_MEASURED if analysis.overall.steps else NO_DATA
 
 
 NOT_MEASURED = ("phases not measured with Keras fit (data wait, compute and all-reduce are timed together; use "
@@ -108,7 +136,7 @@ def checkpoint_rows(report: Report) -> Rows:
     a, c = report.analysis, report.cost
     intervals = a.checkpoint_intervals_s
     rows = [
-        ("Checkpoints", f"{len(a.checkpoints_s)}" + (f", last at {_when(a.checkpoints_s[-1])}"
+        ("Checkpoints", f"{len(a.checkpoints_s)}" + (f", last at {when_text(a.checkpoints_s[-1])}"
                                                       if a.checkpoints_s else "")),
         ("Interval", (f"median {duration_text(sorted(intervals)[len(intervals) // 2])}, longest "
                       f"{duration_text(max(intervals))}") if intervals else "n/a"),
@@ -172,5 +200,6 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
-def _when(ts_s: float) -> str:
+def when_text(ts_s: float) -> str:
+    """A Unix time as "YYYY-MM-DD HH:MM:SS UTC", or "n/a" when unknown."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts_s)) if ts_s > 0 else "n/a"

@@ -1,26 +1,35 @@
-"""The PDF report: the same content as the HTML one, page by page, with matplotlib's PdfPages (no Qt).
+"""The PDF report: A4 pages a team can attach to a ticket, with matplotlib's PdfPages (no Qt).
 
-Owns the page layout of the PDF: a text page (summary, straggler, cost, checkpoints, recommendations, data
-quality) followed by the chart pages. Written to a temporary file and renamed, so a cancelled export leaves
-nothing behind.
+Owns what goes on which page: page 1 answers "is this run healthy?" (the verdict in one sentence, the run summary
+as a table, the step-time breakdown), the next page holds the charts (throughput, per-rank breakdown, GPU
+utilization or the statement that there is none, where the money went), then the tables (cost, checkpoints,
+recommendations, data quality). Every page is A4 with the run id and "page i of n" in its footer. Written to a
+temporary file and renamed, so a cancelled export leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_pdf import PdfPages
-from matplotlib.figure import Figure
-
 from gui.core.report import charts
 from gui.core.report.html import atomic_target
-from gui.core.report.model import Report, Rows, checkpoint_rows, cost_rows, headline_rows, quality_rows
+from gui.core.report.model import (
+    Report,
+    checkpoint_rows,
+    cost_rows,
+    duration_text,
+    headline_rows,
+    quality_rows,
+    verdict,
+    when_text,
+)
+from gui.core.report.pdf_layout import PAGE_SIZE, PageBook
 from gui.core.report.progress import Progress
 
-PAGE_SIZE = (8.27, 11.69)  # A4 portrait, inches
-LINES_PER_PAGE = 62
+__all__ = ["PAGE_SIZE", "write_pdf"]
+
+_CHART_S = 0.24  # a time chart's height, as a fraction of the page
 
 
 def write_pdf(report: Report | Sequence[Report], path: str | Path, progress: Progress | None = None) -> Path:
@@ -28,58 +37,60 @@ def write_pdf(report: Report | Sequence[Report], path: str | Path, progress: Pro
     progress = progress or Progress()
     target = Path(path)
     reports = [report] if isinstance(report, Report) else list(report)
-    pages: list[tuple[Report, str, object]] = []
-    for one in reports:
-        pages += [(one, "text", lines) for lines in _paginate(_text_lines(one))]
-        pages += [(one, "chart", f) for f in (charts.step_breakdown_columns, charts.throughput_line,
-                                              charts.rank_bars, charts.gpu_utilization)]
-        pages.append((one, "cost", charts.cost_split))
+    book = PageBook("Ringscope report")
+    for number, one in enumerate(reports):
+        progress(0.3 * number / len(reports), f"laying out run {one.analysis.run_id or '(unnamed)'}")
+        _run_pages(book, one)
+    pages = book.finish()
     runs = ", ".join(r.analysis.run_id for r in reports)
+    from matplotlib.backends.backend_pdf import PdfPages
+
     with atomic_target(target) as tmp, \
             PdfPages(tmp, metadata={"Title": f"Ringscope report {runs}", "Creator": "Ringscope"}) as pdf:
-        for number, (one, kind, content) in enumerate(pages):
-            progress(number / len(pages), f"page {number + 1} of {len(pages)}")
-            if kind == "text":
-                fig = _text_page(content)  # type: ignore[arg-type]
-            elif kind == "cost":
-                fig = content(one.cost)  # type: ignore[operator]
-            else:
-                fig = content(one.analysis)  # type: ignore[operator]
+        for number, fig in enumerate(pages):
+            progress(0.3 + 0.7 * number / len(pages), f"page {number + 1} of {len(pages)}")
             pdf.savefig(fig)
     progress(1.0, "PDF written")
     return target
 
 
-def _text_lines(report: Report) -> list[tuple[str, str]]:
-    """(style, text) lines: style is "title", "heading" or "body"."""
-    lines: list[tuple[str, str]] = [("title", f"Ringscope report — run {report.analysis.run_id or '(unnamed)'}"),
-                                    ("body", "Where did the time and the money go?"), ("body", "")]
+def _run_pages(book: PageBook, report: Report) -> None:
+    """One run's pages: the first page, the chart page, the tables."""
+    a = report.analysis
+    run = a.run_id or "(unnamed)"
+    book.new_page(footer=f"run {run}")
+    book.title(f"Ringscope report — run {run}",
+               f"{a.framework} / {a.strategy} · {len(a.ranks)} rank(s) · started {when_text(a.start_s)} · "
+               f"{duration_text(a.duration_s)}")
+    book.paragraph(verdict(report), 10.5, weight="bold", box="#eef3f8")
+    book.heading("Run summary")
+    book.table(headline_rows(report))
+    book.heading("Where the step time went", keep_with=0.2)
+    book.phase_legend()
+    book.chart(max(0.2, min(0.36, book.room())), lambda ax: charts.draw_step_breakdown(ax, a, legend=False))
 
-    def block(heading: str, rows: Rows) -> None:
-        lines.append(("heading", heading))
-        for key, value in rows:
-            lines.extend(("body", part) for part in textwrap.wrap(f"{key}: {value}", 100, subsequent_indent="    "))
-        lines.append(("body", ""))
+    book.new_page()
+    book.heading("Charts", keep_with=0.2)
+    book.phase_legend()
+    book.chart(0.2, lambda ax: charts.draw_throughput(ax, a))
+    shown = len(charts.ranks_to_show(a)[0])
+    book.chart(min(0.42, 0.09 + 0.011 * max(shown, 2)), lambda ax: charts.draw_rank_bars(ax, a, legend=False),
+               left=0.14)
+    if a.gpus:
+        gpus = min(len(a.gpus), charts.MAX_RANK_BARS)
+        book.chart(min(0.42, 0.09 + 0.011 * max(gpus, 2)), lambda ax: charts.draw_gpu_utilization(ax, a), left=0.24)
+    else:
+        book.heading("GPUs", keep_with=0.02)
+        book.paragraph(a.gpu_statement)
+    book.chart(0.13, lambda ax: charts.draw_cost_split(ax, report.cost), left=0.11, right=0.66)
 
-    block("Summary", headline_rows(report))
-    block("Cost", cost_rows(report))
-    block("Checkpoints and work at risk", checkpoint_rows(report))
-    recs = [(f"[{r.severity}] {r.title}", f"{r.advice} — {r.evidence}") for r in report.recommendations]
-    block("Recommendations", recs or [("None", "no threshold crossed")])
-    block("Data quality", quality_rows(report))
-    return lines
+    for heading, rows in (("Cost", cost_rows(report)), ("Checkpoints and work at risk", checkpoint_rows(report)),
+                          ("Recommendations", _recommendation_rows(report)), ("Data quality", quality_rows(report))):
+        book.heading(heading)
+        book.table(rows)
 
 
-def _paginate(lines: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
-    return [lines[i:i + LINES_PER_PAGE] for i in range(0, len(lines), LINES_PER_PAGE)] or [[]]
-
-
-def _text_page(lines: list[tuple[str, str]]) -> Figure:
-    fig = Figure(figsize=PAGE_SIZE)
-    y = 0.96
-    sizes = {"title": 16, "heading": 11.5, "body": 8}
-    for style, text in lines:
-        fig.text(0.07, y, text, fontsize=sizes[style], family="monospace" if style == "body" else "sans-serif",
-                 weight="bold" if style != "body" else "normal", va="top")
-        y -= 0.0145 if style == "body" else 0.022
-    return fig
+def _recommendation_rows(report: Report) -> list[tuple[str, str]]:
+    if not report.recommendations:
+        return [("None", "no threshold crossed: nothing to recommend")]
+    return [(f"[{r.severity}] {r.title}", f"{r.advice} — {r.evidence}") for r in report.recommendations]

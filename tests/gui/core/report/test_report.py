@@ -75,7 +75,7 @@ def test_pdf_pages_render_and_are_not_blank(straggler_report, tmp_path: Path) ->
     path = export(straggler_report, "pdf", tmp_path / "r.pdf")[0]
     document = pdfium.PdfDocument(str(path))
     try:
-        assert len(document) >= 5
+        assert len(document) >= 3  # first page, chart page, tables
         SCREENS.mkdir(parents=True, exist_ok=True)
         for index in range(len(document)):
             image = document[index].render(scale=1.0).to_pil()
