@@ -7,18 +7,21 @@ bundles and renders the comparison as HTML (self-contained, like the report) or 
 from __future__ import annotations
 
 import html
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_pdf import PdfPages
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from gui.core.ingest.session import load
 from gui.core.phases import PHASES
 from gui.core.report import build_report, charts
 from gui.core.report.html import STYLE, atomic_target, legend_html, write_text_atomically
-from gui.core.report.model import Report, straggler_text
+from gui.core.report.model import Report, duration_text, straggler_text
+from gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
 from gui.core.report.progress import CancelFlag, Progress, ProgressCallback
 
 
@@ -60,11 +63,11 @@ class MetricDelta:
         """The change in words: "up 12.0 %", "down 3.1 %", "unchanged"."""
         d = self.delta
         if d is None:
-            return "n/a"
+            return "no data" if self.a is None or self.b is None else "n/a"
         pct = self.delta_pct
         if d == 0 or (pct is not None and abs(pct) < 0.05):
             return "unchanged"
-        amount = f"{abs(pct):.1f} %" if pct is not None else f"{abs(d):g} {self.unit}"
+        amount = f"{abs(pct):.1f} %" if pct is not None else f"{abs(d):,.3g} {self.unit}"
         return ("up " if d > 0 else "down ") + amount
 
 
@@ -80,57 +83,92 @@ class Comparison:
 
 
 def compare(a: Report, b: Report, label_a: str = "A", label_b: str = "B") -> Comparison:
-    """Compare two analyzed sessions on shares, step time, throughput, cost, stall and straggler."""
+    """Compare two analyzed sessions on shares, step time, throughput, cost, stall and straggler.
+
+    A session without steps has no step figures: they are ``None`` ("no data"), never 0, and name no winner.
+    """
+    unit = a.analysis.throughput_unit
     metrics = [
-        MetricDelta("step_s", "Mean step time (steady)", "ms", a.analysis.overall.step_s * 1e3,
-                    b.analysis.overall.step_s * 1e3, True),
-        MetricDelta("throughput", f"Throughput ({a.analysis.throughput_unit})", a.analysis.throughput_unit,
-                    a.analysis.throughput, b.analysis.throughput
-                    if b.analysis.throughput_unit == a.analysis.throughput_unit else None, False),
+        MetricDelta("step_s", "Mean step time (steady)", "ms", _step(a, lambda r: r.analysis.overall.step_s * 1e3),
+                    _step(b, lambda r: r.analysis.overall.step_s * 1e3), True),
+        MetricDelta("throughput", "Throughput", unit, a.analysis.throughput, b.analysis.throughput
+                    if b.analysis.throughput_unit == unit else None, False),
     ]
     for phase in PHASES:
-        metrics.append(MetricDelta(f"share_{phase.name}", f"{phase.label} share", "% of step",
-                                   100 * a.analysis.overall.shares[phase.name],
-                                   100 * b.analysis.overall.shares[phase.name], phase.name != "compute"))
+        metrics.append(MetricDelta(
+            f"share_{phase.name}", f"{phase.label} share", "% of step",
+            _measured(a, _share_of(phase.name)), _measured(b, _share_of(phase.name)),
+            phase.name != "compute"))
     metrics += [
-        MetricDelta("idle_share", "Idle share", "% of step", 100 * a.analysis.overall.idle_share,
-                    100 * b.analysis.overall.idle_share, True),
-        MetricDelta("stall_ms", "AllReduce stall per step", "ms", a.analysis.overall.seconds["comm_exposed"] * 1e3,
-                    b.analysis.overall.seconds["comm_exposed"] * 1e3, True),
-        MetricDelta("straggler_gap_ms", "Straggler lateness", "ms", _gap_ms(a), _gap_ms(b), True),
+        MetricDelta("idle_share", "Idle share", "% of step",
+                    _measured(a, _idle), _measured(b, _idle), True),
+        MetricDelta("stall_ms", "AllReduce stall per step", "ms",
+                    _measured(a, lambda r: r.analysis.overall.seconds["comm_exposed"] * 1e3),
+                    _measured(b, lambda r: r.analysis.overall.seconds["comm_exposed"] * 1e3), True),
+        MetricDelta("straggler_gap_ms", "Straggler lateness", "ms", _step(a, _gap_ms), _step(b, _gap_ms), True),
         MetricDelta("cost_total", "Cost so far", a.cost.currency, a.cost.cost_total, b.cost.cost_total, None),
-        MetricDelta("waste_share", "Cost of waiting share", "% of cost", 100 * a.cost.waste_share,
-                    100 * b.cost.waste_share, True),
+        MetricDelta("waste_share", "Cost of waiting share", "% of cost",
+                    _measured(a, _waste), _measured(b, _waste), True),
         MetricDelta("cost_per_step", "Cost per 1000 steps", a.cost.currency, _per_kstep(a), _per_kstep(b), True),
         MetricDelta("cost_per_ksample", "Cost per 1000 samples", a.cost.currency, _per_ksample(a), _per_ksample(b),
                     True),
-        MetricDelta("ranks", "Ranks", "", float(len(a.analysis.ranks)), float(len(b.analysis.ranks)), None),
+        MetricDelta("ranks", "Ranks", "ranks", float(len(a.analysis.ranks)), float(len(b.analysis.ranks)), None),
     ]
     return Comparison(a, b, label_a, label_b, metrics)
 
 
+def _step(report: Report, figure: Callable[[Report], float]) -> float | None:
+    """A step figure, or None when the session has no steps."""
+    return figure(report) if report.analysis.overall.steps else None
+
+
+def _idle(report: Report) -> float:
+    return 100 * report.analysis.overall.idle_share
+
+
+def _waste(report: Report) -> float:
+    return 100 * report.cost.waste_share
+
+
+def _share_of(phase: str) -> Callable[[Report], float]:
+    """A phase's share of step time in percent."""
+    return lambda report: 100 * report.analysis.overall.shares[phase]
+
+
+def _measured(report: Report, figure: Callable[[Report], float]) -> float | None:
+    """A phase figure, or None when there are no steps or their phases were not measured (Keras fit)."""
+    return figure(report) if report.analysis.overall.phases_measured else None
+
+
 def render_compare_html(comparison: Comparison, progress: Progress | None = None) -> str:
-    """The comparison page: identity, figures table with direction, both per-rank charts, both straggler lines."""
+    """The comparison page: identity, figures table with units and direction, A and B charts side by side on one
+    scale (titled "A: ..." and "B: ..."), both straggler lines."""
     progress = progress or Progress()
     c = comparison
-    ida = f"{c.a.analysis.framework}/{c.a.analysis.strategy}, {len(c.a.analysis.ranks)} ranks"
-    idb = f"{c.b.analysis.framework}/{c.b.analysis.strategy}, {len(c.b.analysis.ranks)} ranks"
+    a_head, b_head = f"A: {c.label_a}", f"B: {c.label_b}"
     rows = "".join(
-        f"<tr><th>{_e(m.label)}</th><td>{_num(m.a)}</td><td>{_num(m.b)}</td><td>{_e(m.direction)}</td>"
-        f"<td>{_e(m.better)}</td></tr>" for m in c.metrics)
+        f"<tr><th>{_e(m.label)}</th><td>{_e(m.unit)}</td><td class='num'>{_num(m.a)}</td>"
+        f"<td class='num'>{_num(m.b)}</td><td>{_e(m.direction)}</td><td>{_e(_better(m))}</td></tr>"
+        for m in c.metrics)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Ringscope comparison</title>"
-             f"<style>{STYLE}</style></head><body><h1>Ringscope comparison</h1>", legend_html(),
-             f"<section id='sessions'><h2>Sessions</h2><table><tr><th>A: {_e(c.label_a)}</th><td>{_e(ida)}</td></tr>"
-             f"<tr><th>B: {_e(c.label_b)}</th><td>{_e(idb)}</td></tr></table></section>",
-             "<section id='figures'><h2>Figures</h2><table><tr><th>Figure</th><th>A</th><th>B</th>"
-             f"<th>B vs A</th><th>Better</th></tr>{rows}</table></section>",
-             f"<section id='stragglers'><h2>Stragglers</h2><p>A: {_e(straggler_text(c.a.analysis))}</p>"
-             f"<p>B: {_e(straggler_text(c.b.analysis))}</p></section>"]
-    for number, (label, report) in enumerate(((c.label_a, c.a), (c.label_b, c.b))):
-        progress(0.2 + 0.4 * number, f"drawing charts of {label}")
-        parts.append(f"<section id='charts-{'ab'[number]}'><h2>{_e(label)}</h2>"
-                     + charts.to_svg(charts.rank_bars(report.analysis))
-                     + charts.to_svg(charts.step_breakdown_columns(report.analysis)) + "</section>")
+             f"<style>{STYLE}td.num{{text-align:right}}</style></head><body><h1>Ringscope comparison</h1>",
+             f"<p class='sub'>{_e(a_head)} vs {_e(b_head)}</p>", legend_html(),
+             f"<section id='sessions'><h2>Sessions</h2><table><tr><th>{_e(a_head)}</th><td>{_e(_identity(c.a))}"
+             f"</td></tr><tr><th>{_e(b_head)}</th><td>{_e(_identity(c.b))}</td></tr></table></section>",
+             "<section id='figures'><h2>Figures</h2><table><tr><th>Figure</th><th>Unit</th>"
+             f"<th>{_e(a_head)}</th><th>{_e(b_head)}</th><th>B vs A</th><th>Better</th></tr>{rows}</table>"
+             "<p class='evidence'>\"Better\" ignores differences under 1 %; \"no data\": that session has no steps "
+             "(or their phases were not measured).</p></section>",
+             f"<section id='stragglers'><h2>Stragglers</h2><p><b>{_e(a_head)}</b> — "
+             f"{_e(straggler_text(c.a.analysis))}</p><p><b>{_e(b_head)}</b> — {_e(straggler_text(c.b.analysis))}"
+             "</p></section>"]
+    progress(0.2, "drawing the step-time charts")
+    parts.append("<section id='charts-time'><h2>Step time and throughput, A and B on one scale</h2>"
+                 + charts.to_svg(_pair_figure(c, "breakdown")) + charts.to_svg(_pair_figure(c, "throughput"))
+                 + "</section>")
+    progress(0.6, "drawing the per-rank charts")
+    parts.append("<section id='charts-ranks'><h2>Per-rank breakdown, A and B</h2>"
+                 + charts.to_svg(_pair_figure(c, "ranks")) + "</section>")
     parts.append("</body></html>")
     progress(1.0, "comparison ready")
     return "\n".join(parts)
@@ -142,16 +180,45 @@ def write_compare_html(comparison: Comparison, path: str | Path, progress: Progr
 
 
 def write_compare_pdf(comparison: Comparison, path: str | Path, progress: Progress | None = None) -> Path:
-    """Write the comparison as a PDF (atomically): a table page, then each session's per-rank and step-time
-    charts."""
+    """Write the comparison as an A4 PDF (atomically): the sessions, the figures table with units and the
+    stragglers, then A and B side by side on one scale: step-time breakdown, throughput, per-rank breakdown."""
+    from matplotlib.backends.backend_pdf import PdfPages
+
     progress = progress or Progress()
+    c = comparison
+    a_head, b_head = f"A: {c.label_a}", f"B: {c.label_b}"
+    book = PageBook("Ringscope comparison")
+    book.new_page(footer=f"{a_head} vs {b_head}")
+    book.title("Ringscope comparison", f"{a_head} vs {b_head}")
+    book.heading("Sessions")
+    book.table([(a_head, _identity(c.a)), (b_head, _identity(c.b))], [Column("", 0.3, bold=True),
+                                                                        Column("", RIGHT - LEFT - 0.3)])
+    book.heading("Figures")
+    columns = [Column("Figure", 0.25, bold=True), Column("Unit", 0.1), Column(a_head, 0.13, "right"),
+               Column(b_head, 0.13, "right"), Column("B vs A", 0.15), Column("Better", 0.12)]
+    book.table([(m.label, m.unit, _num(m.a), _num(m.b), m.direction, _better(m)) for m in c.metrics], columns,
+               header=True)
+    book.paragraph("\"Better\" ignores differences under 1 %. \"no data\": that session has no steps (or their "
+                   "phases were not measured).", 7.5, color="#555")
+    book.heading("Stragglers")
+    book.table([(a_head, straggler_text(c.a.analysis)), (b_head, straggler_text(c.b.analysis))],
+               [Column("", 0.3, bold=True), Column("", RIGHT - LEFT - 0.3)])
+    progress(0.2, "drawing charts")
+    book.new_page()
+    book.heading("A and B side by side, on one scale", keep_with=0.3)
+    book.phase_legend()
+    book.chart_pair(0.27, *_pair_draws(c, "breakdown"), sharey=True)
+    book.chart(0.2, _draw_throughputs(c))
+    ranks = max(len(charts.ranks_to_show(r.analysis)[0]) for r in (c.a, c.b))
+    book.chart_pair(min(0.45, 0.09 + 0.011 * max(ranks, 2)), *_pair_draws(c, "ranks"), sharey=False, left=0.12,
+                    gap=0.1)
+    pages = book.finish()
     target = Path(path)
-    with atomic_target(target) as tmp, PdfPages(tmp) as pdf:
-        pdf.savefig(_table_page(comparison))
-        for number, report in enumerate((comparison.a, comparison.b)):
-            progress(0.2 + 0.4 * number, "drawing charts")
-            pdf.savefig(charts.rank_bars(report.analysis))
-            pdf.savefig(charts.step_breakdown_columns(report.analysis))
+    with atomic_target(target) as tmp, PdfPages(tmp, metadata={"Title": f"Ringscope comparison {a_head} vs {b_head}",
+                                                              "Creator": "Ringscope"}) as pdf:
+        for number, fig in enumerate(pages):
+            progress(0.3 + 0.7 * number / len(pages), f"page {number + 1} of {len(pages)}")
+            pdf.savefig(fig)
     progress(1.0, "comparison PDF written")
     return target
 
@@ -185,21 +252,72 @@ def compare_files(
     return comparison, written
 
 
-def _table_page(c: Comparison) -> Figure:
-    fig = Figure(figsize=(8.27, 11.69))
-    fig.text(0.07, 0.96, "Ringscope comparison", fontsize=16, weight="bold", va="top")
-    fig.text(0.07, 0.92, f"A: {c.label_a}\nB: {c.label_b}", fontsize=9, va="top", family="monospace")
-    y = 0.86
-    fig.text(0.07, y, f"{'Figure':34} {'A':>12} {'B':>12}  {'B vs A':14} Better", fontsize=8.5,
-             family="monospace", weight="bold", va="top")
-    for m in c.metrics:
-        y -= 0.018
-        fig.text(0.07, y, f"{m.label[:34]:34} {_num(m.a):>12} {_num(m.b):>12}  {m.direction:14} {m.better}",
-                 fontsize=8.5, family="monospace", va="top")
+RUN_COLORS: tuple[str, str] = ("#222222", "#8e44ad")
+"""A's and B's line colors (phase colors are taken by the phases)."""
+
+
+def _identity(report: Report) -> str:
+    a = report.analysis
+    if not a.steps_total:
+        return f"run {a.run_id or '(unnamed)'}: no data (no steps recorded)"
+    return (f"run {a.run_id or '(unnamed)'} — {a.framework} / {a.strategy}, {len(a.ranks)} rank(s), "
+            f"{duration_text(a.duration_s)}, {a.steps_total:,} steps")
+
+
+def _better(metric: MetricDelta) -> str:
+    """The winner, or why there is none."""
+    if metric.lower_is_better is None:
+        return "—"
+    return "no data" if metric.a is None or metric.b is None else metric.better
+
+
+def _wrap(text: str, width: int) -> str:
+    """A long label on several lines instead of cut."""
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def _pair_draws(c: Comparison, kind: str) -> tuple[Callable[[Axes], None], Callable[[Axes], None]]:
+    """Drawing functions of A's and B's chart of one kind, titled "A: ..." and "B: ..."."""
+    def draw(report: Report, head: str) -> Callable[[Axes], None]:
+        title = _wrap(head, 48)
+        if kind == "breakdown":
+            return lambda ax: charts.draw_step_breakdown(ax, report.analysis, title=title, legend=False)
+        return lambda ax: charts.draw_rank_bars(ax, report.analysis, title=title, legend=False)
+    return draw(c.a, f"A: {c.label_a}"), draw(c.b, f"B: {c.label_b}")
+
+
+def _draw_throughputs(c: Comparison) -> Callable[[Axes], None]:
+    """A's and B's throughput on one axes, with a legend that says which is which."""
+    def draw(ax: Axes) -> None:
+        for report, head, color in ((c.a, f"A: {c.label_a}", RUN_COLORS[0]), (c.b, f"B: {c.label_b}",
+                                                                               RUN_COLORS[1])):
+            charts.draw_throughput(ax, report.analysis, title="Throughput (all ranks), A and B", color=color,
+                                   label=_wrap(head, 40))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, frameon=False, loc="lower right")
+    return draw
+
+
+def _pair_figure(c: Comparison, kind: str) -> Figure:
+    """One figure of the comparison for the HTML page: A and B side by side (one y-scale for the step time)."""
+    if kind == "throughput":
+        fig = Figure(figsize=(10, 2.8))
+        _draw_throughputs(c)(fig.add_subplot())
+    else:
+        ranks = max(len(charts.ranks_to_show(r.analysis)[0]) for r in (c.a, c.b))
+        fig = Figure(figsize=(10, 3.4 if kind == "breakdown" else max(2.2, 0.28 * ranks + 1.3)))
+        ax_a = fig.add_subplot(1, 2, 1)
+        ax_b = fig.add_subplot(1, 2, 2, sharey=ax_a if kind == "breakdown" else None,
+                               sharex=ax_a if kind == "breakdown" else None)
+        draw_a, draw_b = _pair_draws(c, kind)
+        draw_a(ax_a)
+        draw_b(ax_b)
+    fig.tight_layout()
     return fig
 
 
 def _gap_ms(report: Report) -> float:
+    """The straggler's lateness (0 when none was flagged: every rank on time)."""
     s = report.analysis.straggler
     return s.gap_s * 1e3 if s is not None else 0.0
 
@@ -217,7 +335,7 @@ def _per_ksample(report: Report) -> float | None:
 
 
 def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
+    return "no data" if value is None else f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
 
 
 def _e(text: object) -> str:

@@ -57,7 +57,7 @@ def draw_step_breakdown(ax: Axes, analysis: SessionAnalysis, *, title: str | Non
 def draw_rank_bars(ax: Axes, analysis: SessionAnalysis, *, title: str | None = None, legend: bool = True) -> None:
     """One stacked horizontal bar per rank: share of step time per phase; the straggler's label in red."""
     ranks, shown = ranks_to_show(analysis)
-    ax.set_title(title + " — " + shown if title else shown, fontsize=9, loc="left")
+    ax.set_title(title + "\n" + shown if title else shown, fontsize=9, loc="left")
     ax.set_xlabel("share of step time (%), steady state", fontsize=8)
     ax.set_xlim(0, 100)
     if not ranks:

@@ -108,6 +108,8 @@ def _hangs_text(report: Report) -> str:
 def straggler_text(analysis: SessionAnalysis) -> str:
     """The straggler and its cause in one sentence, or why none was flagged."""
     s = analysis.straggler
+    if not analysis.overall.steps:
+        return NO_DATA
     if s is None:
         if analysis.wait_diagnosis == "network":
             return ("none: every rank waits at the all-reduce and nobody's compute stands out — "

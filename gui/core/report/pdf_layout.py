@@ -179,12 +179,13 @@ class PageBook:
 
     def chart_pair(self, height: float, draw_a: Callable[[Axes], None], draw_b: Callable[[Axes], None], *,
                    left: float = 0.1, sharey: bool = True, gap: float = 0.07) -> tuple[Axes, Axes]:
-        """Two charts side by side (A left, B right); with ``sharey`` on one y-scale."""
+        """Two charts side by side (A left, B right); with ``sharey`` on one x- and y-scale."""
         self.need(height)
         width = (RIGHT - left - gap) / 2
         bottom, tall = self.y - height + 34 * _PT_Y, height - 54 * _PT_Y
         ax_a = self.fig.add_axes((left, bottom, width, tall))
-        ax_b = self.fig.add_axes((left + width + gap, bottom, width, tall), sharey=ax_a if sharey else None)
+        ax_b = self.fig.add_axes((left + width + gap, bottom, width, tall), sharey=ax_a if sharey else None,
+                                 sharex=ax_a if sharey else None)
         draw_a(ax_a)
         draw_b(ax_b)
         self.y -= height

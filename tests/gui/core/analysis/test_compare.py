@@ -46,12 +46,52 @@ def test_compare_html_and_pdf_open(comparison, tmp_path: Path) -> None:  # type:
 
     parser = Sections()
     parser.feed(text)
-    assert parser.ids == ["sessions", "figures", "stragglers", "charts-a", "charts-b"]
+    assert parser.ids == ["sessions", "figures", "stragglers", "charts-time", "charts-ranks"]
     assert "before.db" in text and "after.db" in text and "rank 1, late by" in text
     assert "<script" not in text and "src=" not in text
     pdf_path = write_compare_pdf(comparison, tmp_path / "c.pdf")
-    document = pdfium.PdfDocument(str(pdf_path))
+    pages = _pdf_pages(pdf_path)
+    assert len(pages) == 2
+    assert all(size == pytest.approx((595, 842), abs=0.5) for size, _ in pages)
+
+
+def _pdf_pages(path: Path) -> list[tuple[tuple[float, float], str]]:
+    """(size in points, text with line breaks as spaces) of each page."""
+    document = pdfium.PdfDocument(str(path))
     try:
-        assert len(document) == 5
+        return [(document[i].get_size(), " ".join(document[i].get_textpage().get_text_range().split()))
+                for i in range(len(document))]
     finally:
         document.close()
+
+
+def test_a_and_b_are_labelled_on_every_chart_and_the_table_has_units(comparison, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (_, table_page), (_, chart_page) = _pdf_pages(write_compare_pdf(comparison, tmp_path / "c.pdf"))
+    assert "Figure Unit A: before.db B: after.db B vs A Better" in table_page
+    assert "Mean step time (steady) ms" in table_page and "Throughput samples/s" in table_page
+    assert "Exposed comm (AllReduce stall) share % of step" in table_page  # the whole label, not cut
+    assert "Cost so far $" in table_page
+    # Each side-by-side chart titled with its session, and the throughput legend says which line is which.
+    assert chart_page.count("A: before.db") >= 3 and chart_page.count("B: after.db") >= 3
+    assert "on one scale" in chart_page
+    html = write_compare_html(comparison, tmp_path / "c.html").read_text(encoding="utf-8")
+    assert "<th>Unit</th>" in html and "<td>ms</td>" in html and "<td>samples/s</td>" in html
+    assert html.count("A: before.db") >= 4 and html.count("B: after.db") >= 4  # table, headers, chart titles
+
+
+def test_an_empty_session_says_no_data_and_names_no_winner(comparison, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gui.core.ingest.recorder import Recorder
+    from gui.core.ingest.session import load
+
+    empty_file = tmp_path / "empty.db"
+    Recorder(empty_file).start().close()  # a collector that recorded nothing
+    empty = build_report(load(empty_file), 2.0)
+    result = compare(empty, comparison.b, "empty.db", "after.db")
+    m = {metric.key: metric for metric in result.metrics}
+    for key in ("step_s", "throughput", "share_compute", "idle_share", "stall_ms", "straggler_gap_ms"):
+        assert m[key].a is None and m[key].direction == "no data" and m[key].better == "n/a", key
+    (_, table_page), _ = _pdf_pages(write_compare_pdf(result, tmp_path / "c.pdf"))
+    assert "Mean step time (steady) ms no data 76" in table_page
+    assert "better: A" not in table_page and "158" not in table_page
+    html = write_compare_html(result, tmp_path / "c.html").read_text(encoding="utf-8")
+    assert "no data" in html and "0.0 ms" not in html
