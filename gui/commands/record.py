@@ -23,6 +23,7 @@ from gui.core.analysis.runs import LOST_TIMEOUT_S, STATE_TEXT
 from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
 from gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
 from gui.core.live.runs import LiveRuns
+from gui.core.live.store import LiveStore
 from gui.core.live.watch import RunWatcher
 from gui.core.metrics import MetricsServer
 
@@ -61,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         return code
     recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)}, queue_capacity_bytes=args.queue_mb << 20)
     # the live runs: a second sink next to the recorder, for run states (lost, hung, finished) and the metrics
-    runs = LiveRuns(lost_timeout_s=args.lost_timeout)
+    # Headless: the stores keep what states, hangs and metrics need (recent steps per rank), not the window's
+    # whole-run heat history: ~2.5 KB per rank instead of ~40 KB.
+    runs = LiveRuns(lost_timeout_s=args.lost_timeout, store_factory=lambda run_id: LiveStore(
+        lost_timeout_s=args.lost_timeout, run_id=run_id, buckets=16, recent_steps=32, series_len=64))
     runs.hang_minimum_s = args.hang_after
     watcher = RunWatcher(runs, recorder.note_event)
     collector = Collector(args.bind, [recorder, runs], keys=keys)

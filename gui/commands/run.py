@@ -7,7 +7,7 @@ Every Python process of COMMAND (torchrun's ranks included) starts with Ringscop
 RINGSCOPE_ENDPOINT / RINGSCOPE_RUN_ID in its environment (one run id for all of them): PyTorch DDP models, their
 DataLoaders and optimizer steps, Keras fit under a tf.distribute strategy and tf.function loops that call
 strategy.run are measured without a code change (see README, "Instrument your training"). Telemetry goes to a
-window or `ringscope record` listening at the endpoint. With RINGSCOPE_DISABLE=1 the command runs untouched.
+window or ringscope record listening at the endpoint. With RINGSCOPE_DISABLE=1 the command runs untouched.
 
 COMMAND runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to ringscope run are forwarded to that group
 (at a terminal, COMMAND gets the terminal, so Ctrl-C reaches it directly, and Ctrl-Z stops both). The exit code is

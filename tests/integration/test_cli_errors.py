@@ -145,7 +145,7 @@ CASES: dict[str, Case] = {
     "info-on-a-folder": Case(("info", "{tmp}"), ("is a directory",)),
     "info-on-a-text-file": Case(("info", "{file}"), ("not a Ringscope session",)),
     "unknown-command": Case(("reprot", "x.db"), ("unknown command 'reprot'", "did you mean 'report'",
-                                                  "commands: window, demo, record")),
+                                                  "commands: window, demo, open, record")),
     "default-command-bad-bind": Case(("--bind", "foo"), ("ringscope window: argument --bind", "'foo'")),
     "default-command-bad-simulate": Case(("-v", "--simulate", "-2"), ("ringscope window: argument --simulate",)),
     "unknown-option": Case(("info", "x.db", "--htlm", "r.html"), ("unrecognized arguments: --htlm",)),

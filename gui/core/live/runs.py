@@ -25,6 +25,7 @@ from agent.wire import Batch
 from gui.core.analysis.hang import MIN_THRESHOLD_S, HangVerdict, RankPosition, judge_hang
 from gui.core.analysis.runs import (
     ENDED_STATES,
+    FINISHED,
     HUNG,
     LOST,
     RUNNING,
@@ -42,6 +43,9 @@ MAX_RUNS: Final[int] = 32
 PENDING_PER_AGENT: Final[int] = 64
 """Messages kept for an agent whose Hello has not arrived yet (agents re-send it every 5 s)."""
 PENDING_AGENTS: Final[int] = 4096
+PENDING_BYTES: Final[int] = 32 << 20
+"""Memory (decoded messages) held for agents without a Hello, all together; beyond it they are not held (the
+recording still has them)."""
 
 
 @dataclass(slots=True)
@@ -115,6 +119,7 @@ class LiveRuns:
         self._runs: dict[str, _Run] = {}  # insertion order = order of appearance
         self._run_of_agent: dict[str, str] = {}
         self._pending: dict[str, deque[tuple[Batch, float]]] = {}
+        self._pending_bytes = 0
         self._early_launches: dict[str, LaunchOutcome] = {}
         self._version = 0
         self.hang_minimum_s = MIN_THRESHOLD_S  # a run is hung after max(this, 20 x median step) without a step
@@ -131,6 +136,7 @@ class LiveRuns:
                 if hello is not None:
                     run = self._register(batch.agent_id, hello)
                     queued = self._pending.pop(batch.agent_id, None)
+                    self._pending_bytes -= sum(max(b.memory_bytes, b.size_bytes, 1) for b, _ in queued or ())
                 else:
                     run_id = self._run_of_agent.get(batch.agent_id)
                     run = self._runs.get(run_id) if run_id is not None else None
@@ -285,7 +291,12 @@ class LiveRuns:
         run = self._runs.get(hello.run_id)
         if run is None:
             early = self._early_launches.pop(hello.run_id, None)
-            run = _Run(hello.run_id, self._factory(hello.run_id), hello, launch=early)
+            # Memory is bounded in runs too: past ``max_runs`` stores (none ended to release), a new run is listed
+            # but not held (its recording has it), so a flood of run ids cannot allocate a store each.
+            self._release_old(time.time(), room=1)
+            held = sum(1 for r in self._runs.values() if r.store is not None)
+            store = self._factory(hello.run_id) if held < self._max_runs else None
+            run = _Run(hello.run_id, store, hello, launch=early)
             self._runs[hello.run_id] = run
             self._version += 1
         if agent_id not in run.agents and run.state in ENDED_STATES and run.launch is None:
@@ -295,12 +306,19 @@ class LiveRuns:
         return run
 
     def _hold(self, batch: Batch, recv_s: float) -> None:
+        size = max(batch.memory_bytes, batch.size_bytes, 1)
+        if self._pending_bytes + size > PENDING_BYTES:
+            return  # bounded in bytes: the recording still has it
         queue = self._pending.get(batch.agent_id)
         if queue is None:
             if len(self._pending) >= PENDING_AGENTS:
-                return  # bounded: the recording still has it
-            queue = self._pending[batch.agent_id] = deque(maxlen=PENDING_PER_AGENT)
+                return  # bounded in agents too
+            queue = self._pending[batch.agent_id] = deque()
+        if len(queue) >= PENDING_PER_AGENT:
+            old, _ = queue.popleft()
+            self._pending_bytes -= max(old.memory_bytes, old.size_bytes, 1)
         queue.append((batch, recv_s))
+        self._pending_bytes += size
 
     def _note(self, run: _Run, batch: Batch, recv_s: float) -> None:
         run.last_seen[batch.agent_id] = recv_s
@@ -375,10 +393,14 @@ class LiveRuns:
     def _last_message(run: _Run) -> float:
         return max(run.last_seen.values(), default=run.first_hello.started_s)
 
-    def _release_old(self, now: float) -> None:
+    def _release_old(self, now: float, room: int = 0) -> None:
+        """Release the stores of the oldest ended runs beyond ``max_runs`` (less ``room`` for runs about to come)."""
         kept = [run for run in self._runs.values() if run.store is not None]
-        for run in kept[: max(0, len(kept) - self._max_runs)]:
-            if run.state in ENDED_STATES:
+        for run in kept[: max(0, len(kept) - self._max_runs + room)]:
+            if run.state in ENDED_STATES or (run.agents and run.finished >= set(run.agents)):
+                if run.state not in ENDED_STATES:  # every rank said goodbye since the last refresh: say so now
+                    run.state = FINISHED
+                    run.ended_s = self._end_time(run, now)
                 run.frozen = replace(self._row(run, now), in_memory=False)
                 run.store = None
                 log.info("run %s released from memory (more than %d runs); its recording keeps it",

@@ -57,6 +57,10 @@ _HEAT: Final = ("data_wait_s", "comm_exposed_s")  # the per-rank shares the view
 _BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
                        "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
 _HEAT_POOL: Final = 8  # recycled frame copies per heat matrix: the window keeps ~6 snapshots alive (views, cache)
+MAX_RANKS: Final[int] = 8192
+"""Ranks one store shows; records of further ranks are counted (``records_beyond_rank_cap``), not kept: a message
+naming 65 536 ranks must not cost the window gigabytes (each rank holds ~40 KB of history). The recording has
+them all."""
 MAX_BUCKET_S: Final[float] = 4096.0
 """Widest bucket a run's history is merged into; beyond that the oldest buckets leave the ring (weeks-long runs)."""
 
@@ -76,13 +80,15 @@ class LiveStore:
     """
 
     def __init__(self, *, lost_timeout_s: float = 5.0, bucket_s: float = 1.0, buckets: int = 600,
-                 recent_steps: int = 128, recent_window: int = 20, series_len: int = 600, run_id: str = "") -> None:
+                 recent_steps: int = 128, recent_window: int = 20, series_len: int = 600, run_id: str = "",
+                 max_ranks: int = MAX_RANKS) -> None:
         if bucket_s <= 0 or buckets < 2 or recent_steps < 1 or not 1 <= recent_window <= recent_steps:
             raise ValueError(f"LiveStore: need bucket_s > 0 (got {bucket_s}), buckets >= 2 (got {buckets}), "
                              f"1 <= recent_window ({recent_window}) <= recent_steps ({recent_steps})")
         self.lost_timeout_s = float(lost_timeout_s)
         self.bucket_s = float(bucket_s)
         self.run_id = run_id
+        self._max_ranks = max_ranks
         self._ended: tuple[str, float] | None = None  # (run state, when) once the run is over
         self._T = buckets
         self._R = recent_steps
@@ -100,7 +106,7 @@ class LiveStore:
         self._sums: dict[str, np.ndarray] = {}
         self._rank_hosts: list[str] = []
         self._heat: dict[str, np.ndarray] = {}
-        self._grow(64)
+        self._grow(8)  # doubles as ranks appear: a store costs ~0.3 MB until it has ranks to show
         # Derived per-cell figures (mean step, phase shares) are kept up to date column by column: only the
         # columns written since the last snapshot are recomputed, so a frame costs O(ranks), not O(ranks x T).
         self._heat = {name: np.full((self._cap, buckets), np.nan, np.float32) for name in _HEAT}
@@ -133,7 +139,8 @@ class LiveStore:
         self._events: deque[Event] = deque(maxlen=2000)
         # ingest counters and rates (per receive second)
         self._counters: dict[str, Any] = {"messages": 0, "records": 0, "gaps": 0, "missing_messages": 0,
-                                          "rejected": {}, "late_steps": 0, "bad_records": 0}
+                                          "rejected": {}, "late_steps": 0, "bad_records": 0,
+                                          "records_beyond_rank_cap": 0}
         self._sec_abs = np.full(16, -1, np.int64)
         self._sec_msgs = np.zeros(16)
         self._steps_total = 0
@@ -152,6 +159,8 @@ class LiveStore:
             for record in batch.records:
                 try:
                     self._take(batch.agent_id, record, recv_s)
+                except _RankCapError:
+                    self._counters["records_beyond_rank_cap"] += 1
                 except Exception:  # a sink must never raise into the collector
                     self._counters["bad_records"] += 1
                     log.debug("store: could not take %r", record, exc_info=True)
@@ -258,6 +267,11 @@ class LiveStore:
             order = np.argsort(steps["end_s"], kind="stable")
             cols = {name: np.asarray(column)[order] for name, column in steps.items()}
             ranks = cols["rank"].astype(np.int64)
+            fits = self._fitting_ranks(ranks)
+            if not fits.all():
+                self._counters["records_beyond_rank_cap"] += int((~fits).sum())
+                cols = {name: column[fits] for name, column in cols.items()}
+                ranks, count = ranks[fits], int(fits.sum())
             end = cols["end_s"].astype(np.float64)
             rows = self._rows_for(ranks)
             self._version += 1
@@ -281,6 +295,13 @@ class LiveStore:
                 if mine.any():
                     seen = (last_seen_s or {}).get(rank, float(np.nanmax(end[mine])))
                     self._rank["last_seen_s"][row] = seen
+
+    def _fitting_ranks(self, ranks: np.ndarray) -> np.ndarray:
+        """Which of these steps' ranks have, or can still get, a row (the rank cap)."""
+        new = [int(r) for r in np.unique(ranks).tolist() if int(r) not in self._row_of]
+        room = max(0, self._max_ranks - self._rows)
+        allowed = set(self._row_of) | set(new[:room])
+        return np.isin(ranks, np.fromiter(allowed, np.int64, len(allowed)))
 
     def _rows_for(self, ranks: np.ndarray) -> np.ndarray:
         unique, inverse = np.unique(ranks, return_inverse=True)
@@ -365,7 +386,9 @@ class LiveStore:
             if record.event == EventKind.FINISHED:
                 ranks = self._agent_ranks.get(agent_id) or ({record.rank} if record.rank is not None else set())
                 for rank in ranks:
-                    self._rank["finished"][self._row(rank)] = 1.0
+                    row = self._row_of.get(rank)
+                    if row is not None:
+                        self._rank["finished"][row] = 1.0
 
     def _take_hello(self, hello: Hello) -> None:
         known = hello.agent_id in self._agents
@@ -373,7 +396,11 @@ class LiveStore:
         ranks = set(hello.ranks) or {hello.rank}
         self._agent_ranks[hello.agent_id] = ranks
         for rank in ranks:
-            row = self._row(rank)
+            try:
+                row = self._row(rank)
+            except _RankCapError:
+                self._counters["records_beyond_rank_cap"] += 1
+                continue
             self._rank_agents.setdefault(rank, set()).add(hello.agent_id)
             self._loss_version += 1
             self._rank_hosts[row] = hello.host
@@ -482,6 +509,8 @@ class LiveStore:
     def _row(self, rank: int) -> int:
         row = self._row_of.get(rank)
         if row is None:
+            if self._rows >= self._max_ranks:
+                raise _RankCapError(rank)
             if self._rows == self._cap:
                 self._grow(self._cap * 2)
             row = self._rows
@@ -639,6 +668,10 @@ class LiveStore:
         order = np.lexsort((out["step"], out["rank"]))
         return {name: column[order] for name, column in out.items()}
 
+
+
+class _RankCapError(Exception):
+    """A record names a rank beyond the store's rank cap (counted, not kept)."""
 
 
 def _oldest_first(matrix: np.ndarray, split: int) -> np.ndarray:
