@@ -188,7 +188,9 @@ class QtMainWindow(QtWidgets.QMainWindow):
                                      hang=self.current_hang())
                 size = _safe(lambda: int(self.recorder.file_bytes)) if self.recorder is not None else None
                 self.status.render(snap, self.endpoint, recording if self.recorder is not None else None, size,
-                                   secure=bool(self.access_token), read_only=self.read_only)
+                                   secure=bool(self.access_token), read_only=self.read_only,
+                                   write_errors=int(getattr(self.recorder, "write_errors", 0) or 0),
+                                   last_write_error=getattr(self.recorder, "last_write_error", None))
             # an ended run's charts change only when the user moves them: no redraw twice a second for nothing
             chart_key = (snap.version, snap.run_id, self.time_range.visible()) if snap.ended else None
             if forced or chart_key is None or chart_key != self._chart_key:

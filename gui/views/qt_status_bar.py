@@ -45,9 +45,11 @@ class QtStatusBar(QtWidgets.QStatusBar):
     # ---- Public API ----------------------------------------------------------------------------------------------
 
     def render(self, snap: Snapshot, endpoint: str, recording_path: str | None, recording_bytes: int | None,
-               secure: bool = False, read_only: str | None = None) -> None:
+               secure: bool = False, read_only: str | None = None, write_errors: int = 0,
+               last_write_error: str | None = None) -> None:
         """Show one snapshot and the recorder's file figures; ``secure``: agents must hold the access token;
-        ``read_only``: the recording a read-only window shows (it listens to nobody)."""
+        ``read_only``: the recording a read-only window shows (it listens to nobody); ``write_errors``: rows the
+        recorder could not write (loud: red, with the last error in the tooltip)."""
         if read_only is not None:
             _show(self.endpoint, f"read-only: {read_only}", tooltip="A recorded session: nothing is received, "
                                                                        "launched or recorded in this window.")
@@ -68,9 +70,13 @@ class QtStatusBar(QtWidgets.QStatusBar):
         _show(self.rejected, f"rejected {total:,}", "color: #e15759;" if total else "",
               "Rejected messages by reason:\n" + (
                   "\n".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items())) or "none"))
-        if recording_path:
+        if recording_path and write_errors:
+            _show(self.recording, f"recording {recording_path}: {write_errors:,} row(s) NOT WRITTEN", "color: #e15759;",
+                  f"The recorder could not write {write_errors:,} row(s) to {recording_path} (last error: "
+                  f"{last_write_error or 'unknown'}); it goes on with the rest. Check the disk's free space.")
+        elif recording_path:
             size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
-            _show(self.recording, f"recording {recording_path}{size}", tooltip=recording_path)
+            _show(self.recording, f"recording {recording_path}{size}", "", tooltip=recording_path)
         else:
             _show(self.recording, "not recording")
 

@@ -44,3 +44,20 @@ def test_report_asks_which_run_then_reports_the_one_named(two_runs: Path, tmp_pa
     assert main(["report", str(two_runs), "--all-runs", "--html", str(both)]) == 0
     text = both.read_text()
     assert "tensorflow / mirrored" in text and "pytorch / ddp" in text
+
+
+def test_info_prints_standard_json_for_a_file_holding_infinity(two_runs: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+    import sqlite3
+
+    old = tmp_path / "old.db"
+    shutil.copy(two_runs, old)
+    con = sqlite3.connect(old)  # what a recorder before value checks let through
+    con.execute('UPDATE "step" SET end_s = 1e999 WHERE rowid = (SELECT MAX(rowid) FROM "step")')
+    con.commit()
+    con.close()
+    assert main(["info", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "Infinity" not in out and "NaN" not in out
+    json.loads(out)
