@@ -31,6 +31,7 @@ from gui.core.live.live_analysis import LiveAnalyzer
 from gui.core.live.runs import LiveRuns
 from gui.core.live.store import LiveStore
 from gui.core.live.watch import RunWatcher
+from gui.core.metrics import DEFAULT_METRICS_BIND, MetricsError, MetricsServer
 from gui.core.session_data import SessionData
 from gui.views import theme
 from gui.views.qt_background import start_background
@@ -62,6 +63,7 @@ class WindowParts:
     analyzer: LiveAnalyzer | None = None
     simulation_stop: threading.Event = field(default_factory=threading.Event)
     simulation: threading.Thread | None = None
+    metrics: WindowMetrics | None = None
 
     @property
     def store(self) -> LiveStore:
@@ -81,9 +83,35 @@ class WindowParts:
             _note_launch_outcomes(self.window, self.runs, self.recorder)  # runs stopped by closing the window
         if self.simulation is not None:
             self.simulation.join(10)
+        if self.metrics is not None:
+            self.metrics.serve(0)
         self.collector.close()
         if self.recorder is not None:
             self.recorder.close()
+
+
+class WindowMetrics:
+    """The window's Prometheus / OpenMetrics endpoint (Preferences ▸ Metrics endpoint port), loopback only."""
+
+    def __init__(self, runs: LiveRuns, counters: Callable[[], Any], recorder: Recorder | None,
+                 price: Callable[[], float | None]) -> None:
+        self._runs, self._counters, self._recorder, self._price = runs, counters, recorder, price
+        self.server: MetricsServer | None = None
+
+    def serve(self, port: int) -> str:
+        """Serve on ``port`` (0: stop); returns what happened, in words for the status bar."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if not port:
+            return "metrics endpoint off"
+        server = MetricsServer(self._runs, self._counters, DEFAULT_METRICS_BIND, port, recorder=self._recorder,
+                               price_per_gpu_hour=self._price)
+        try:
+            self.server = server.start()
+        except MetricsError as exc:
+            return f"metrics endpoint not started: {exc}"
+        return f"metrics on {self.server.url} (Prometheus / OpenMetrics)"
 
 
 @dataclass
@@ -141,17 +169,21 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     analyzer = LiveAnalyzer(session_source or (lambda: window_ref[0].store.to_session_data()),
                             _price_reader(window_ref, prefs), priced_until=runs.priced_until)
     watcher = RunWatcher(runs, recorder.note_event if recorder is not None else None)
+    metrics = WindowMetrics(runs, lambda: collector.counters, recorder, _price_reader(window_ref, prefs))
     window = QtMainWindow(runs, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
                           launcher=launcher, cost_panel=QtCostPanel(), analyzer=analyzer,
                           session_source=session_source,
-                          access_token=keys.agent_keys.token if keys is not None else None, watcher=watcher)
+                          access_token=keys.agent_keys.token if keys is not None else None, watcher=watcher,
+                          metrics=metrics.serve)
     window_ref.append(window)
+    if prefs.metrics_port:
+        log.info("%s", metrics.serve(prefs.metrics_port))
     if window.process_panel is not None:
         window.process_panel.sig_run_finished.connect(
             lambda run_id, _ok: _note_launch_outcomes(window, runs, recorder, run_id))
     window.sig_open_requested.connect(lambda path: open_viewer(path, prefs))
     analyzer.start()
-    parts = WindowParts(window, runs, collector, recorder, launcher, analyzer)
+    parts = WindowParts(window, runs, collector, recorder, launcher, analyzer, metrics=metrics)
     if simulate_ranks:
         parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {}, keys)
     return parts

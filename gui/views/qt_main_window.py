@@ -88,7 +88,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
                  recorder: Any = None, launcher: Any = None,
                  cost_panel: QtWidgets.QWidget | None = None, analyzer: Any = None,
                  session_source: Callable[[], SessionData] | None = None, access_token: str | None = None,
-                 read_only: str | None = None, watcher: RunWatcher | None = None) -> None:
+                 read_only: str | None = None, watcher: RunWatcher | None = None,
+                 metrics: Callable[[int], str] | None = None) -> None:
         super().__init__()
         self.runs: LiveRuns | None = source if isinstance(source, LiveRuns) else None
         self.store: LiveStore = source if isinstance(source, LiveStore) else LiveStore()
@@ -102,6 +103,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.session_source = session_source
         self.read_only = read_only
         self.watcher = watcher  # decides run states on the runs-table clock and records hangs
+        self.metrics = metrics  # (re)starts the metrics endpoint on a port (0: off); returns what to tell the user
         self.hangs: dict[str, HangVerdict] = {}  # the last hang verdict of each run that hung
         self.selected_run_id: str | None = None
         self.run_row: RunRow | None = None
@@ -293,7 +295,10 @@ class QtMainWindow(QtWidgets.QMainWindow):
                 break
 
     def apply_preferences(self, prefs: Preferences) -> None:
-        """Use new preferences now (the lost-rank timeout and price apply at once; endpoint and theme at restart)."""
+        """Use new preferences now (the lost-rank timeout, price and metrics port apply at once; endpoint and theme
+        at restart)."""
+        if self.metrics is not None and prefs.metrics_port != self.preferences.metrics_port:
+            self.status.showMessage(self.metrics(prefs.metrics_port), 15_000)
         self.preferences = prefs
         if self.runs is not None:
             self.runs.lost_timeout_s = prefs.lost_timeout_s

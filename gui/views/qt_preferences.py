@@ -1,4 +1,4 @@
-"""Preferences (endpoint, theme, price per GPU-hour, lost-rank timeout), persisted with QSettings.
+"""Preferences (endpoint, theme, price per GPU-hour, lost-rank timeout, metrics port), persisted with QSettings.
 
 ``Preferences`` is a plain value; ``load_preferences`` / ``save_preferences`` read and write QSettings
 (organization "Ringscope"); ``QtPreferencesDialog`` edits a copy and returns it.
@@ -25,6 +25,7 @@ class Preferences:
     theme: str = "dark"
     price_per_gpu_hour: float = 0.0
     lost_timeout_s: float = LOST_TIMEOUT_S  # agents beat every second: 2 s of silence is a dead rank
+    metrics_port: int = 0  # serve Prometheus / OpenMetrics on 127.0.0.1:this port; 0 = off
 
 
 def _settings() -> QtCore.QSettings:
@@ -48,6 +49,7 @@ def load_preferences() -> Preferences:
         theme=theme if theme in ("dark", "light") else default.theme,
         price_per_gpu_hour=max(0.0, number("price_per_gpu_hour", default.price_per_gpu_hour)),
         lost_timeout_s=max(0.5, number("lost_timeout_s", default.lost_timeout_s)),
+        metrics_port=int(min(65535, max(0, number("metrics_port", default.metrics_port)))),
     )
 
 
@@ -58,6 +60,7 @@ def save_preferences(prefs: Preferences) -> None:
     settings.setValue("theme", prefs.theme)
     settings.setValue("price_per_gpu_hour", prefs.price_per_gpu_hour)
     settings.setValue("lost_timeout_s", prefs.lost_timeout_s)
+    settings.setValue("metrics_port", prefs.metrics_port)
     settings.sync()
 
 
@@ -90,7 +93,14 @@ class QtPreferencesDialog(QtWidgets.QDialog):
         form.addRow("Collector endpoint", self.endpoint)
         form.addRow("Theme", self.theme)
         form.addRow("Price", self.price)
+        self.metrics_port = QtWidgets.QSpinBox()
+        self.metrics_port.setRange(0, 65535)
+        self.metrics_port.setSpecialValueText("off")
+        self.metrics_port.setValue(prefs.metrics_port)
+        self.metrics_port.setToolTip("Serve the live runs' metrics for Prometheus / Grafana on "
+                                     "http://127.0.0.1:PORT/metrics (e.g. 9464); off = 0. Applies at once.")
         form.addRow("Lost-rank timeout", self.timeout)
+        form.addRow("Metrics endpoint port", self.metrics_port)
         buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.StandardButton.Ok
                                              | QtWidgets.QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -101,4 +111,4 @@ class QtPreferencesDialog(QtWidgets.QDialog):
         """The preferences as edited in the dialog."""
         return replace(self._prefs, endpoint=self.endpoint.text().strip() or DEFAULT_BIND,
                        theme=self.theme.currentText(), price_per_gpu_hour=self.price.value(),
-                       lost_timeout_s=self.timeout.value())
+                       lost_timeout_s=self.timeout.value(), metrics_port=self.metrics_port.value())
