@@ -8,7 +8,7 @@ text and list fields become object arrays.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -92,15 +92,19 @@ class SessionData:
         counters that cannot be attributed (rejected messages) stay whole-session and are kept as they are.
         """
         agents = [h for h in self.agents if h.run_id == run_id]
-        ids = np.array(sorted({h.agent_id for h in agents}), dtype=object)
+        keep = {h.agent_id for h in agents}
+        if agents and len(agents) == len(self.agents):
+            # the only run: everything is its own (also records of agents whose Hello never arrived)
+            return replace(self, counters=dict(self.counters, run_id=run_id))
 
         def mine(columns: Columns) -> Columns:
             if "agent_id" not in columns:
                 return columns if agents else {name: column[:0] for name, column in columns.items()}
-            mask = np.isin(columns["agent_id"], ids)
+            # set membership per row: ~20x faster than np.isin on object arrays (which sorts the strings)
+            agent_ids = columns["agent_id"]
+            mask = np.fromiter((a in keep for a in agent_ids), dtype=bool, count=len(agent_ids))
             return {name: column[mask] for name, column in columns.items()}
 
-        keep = set(ids.tolist())
         pairs = [(e, a) for e, a in zip(self.events, self.event_agents, strict=False) if a in keep]
         if not self.event_agents and agents:  # a source without event senders: keep them all
             pairs = [(e, "") for e in self.events]
