@@ -246,18 +246,27 @@ def open_viewer(path: str | Path, preferences: Preferences | None = None) -> Non
         None, "Open session", f"Could not open {path}:\n{text.split(chr(10) * 2)[0]}"))
 
 
-def run_viewer(path: str | Path, *, data: SessionData | None = None) -> int:
-    """``ringscope open S.db``: show a recorded session (``data``: loaded already) read-only until the window
-    closes. Returns the exit code."""
+def _start_qt() -> tuple[QtWidgets.QApplication, Preferences] | None:
+    """The application object with its names and theme, or None (said on stderr) when no window can open here."""
     problem = missing_display()
     if problem:
         print(f"ringscope: {problem}", file=sys.stderr)
-        return 2
+        return None
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setOrganizationName("Ringscope")
     app.setApplicationName("Ringscope")
     prefs = load_preferences()
-    theme.apply_theme(app, prefs.theme)
+    theme.apply_theme(app, prefs.theme)  # before any plot is created: pyqtgraph reads its defaults then
+    return app, prefs  # type: ignore[return-value]
+
+
+def run_viewer(path: str | Path, *, data: SessionData | None = None) -> int:
+    """``ringscope open S.db``: show a recorded session (``data``: loaded already) read-only until the window
+    closes. Returns the exit code."""
+    started = _start_qt()
+    if started is None:
+        return 2
+    app, prefs = started
     parts = build_viewer(path, data=data, preferences=prefs)
     parts.window.show()
     _quit_on_signals(app)
@@ -272,21 +281,17 @@ def run_viewer(path: str | Path, *, data: SessionData | None = None) -> int:
 def run(*, bind: str | None = None, record_to: str | None = None, demo: object | None = None,
         simulate_ranks: int | None = None, keys: CollectorKeys | None = None) -> int:
     """Open the window and run the Qt event loop until it closes. Returns the process exit code."""
-    problem = missing_display()
-    if problem:
-        print(f"ringscope: {problem}", file=sys.stderr)
+    started = _start_qt()
+    if started is None:
         return 2
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    app.setOrganizationName("Ringscope")
-    app.setApplicationName("Ringscope")
-    prefs = load_preferences()
-    theme.apply_theme(app, prefs.theme)  # before any plot is created: pyqtgraph reads its defaults then
+    app, prefs = started
     try:
         parts = build_window(bind=bind, record_to=record_to, preferences=prefs, simulate_ranks=simulate_ranks,
                              keys=keys)
-    except CollectorError as exc:
-        QtWidgets.QMessageBox.critical(None, "Ringscope", f"{exc}\n\nStart with --bind tcp://127.0.0.1:0 to pick a "
-                                                          "free port, or close the other Ringscope window.")
+    except CollectorError as exc:  # the endpoint was checked before Qt, but another process may have taken it since
+        hint = "start with --bind tcp://127.0.0.1:0 to pick a free port, or close the other Ringscope window"
+        print(f"ringscope: {exc}; {hint}", file=sys.stderr)
+        QtWidgets.QMessageBox.critical(None, "Ringscope", f"{exc}\n\n{hint[0].upper()}{hint[1:]}.")
         return 2
     parts.window.show()
     _quit_on_signals(app)
