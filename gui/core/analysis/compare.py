@@ -147,11 +147,11 @@ def render_compare_html(comparison: Comparison, progress: Progress | None = None
     c = comparison
     a_head, b_head = f"A: {c.label_a}", f"B: {c.label_b}"
     rows = "".join(
-        f"<tr><th>{_e(m.label)}</th><td>{_e(m.unit)}</td><td class='num'>{_num(m.a)}</td>"
-        f"<td class='num'>{_num(m.b)}</td><td>{_e(m.direction)}</td><td>{_e(_better(m))}</td></tr>"
+        f"<tr><th>{_e(m.label)}</th><td>{_e(m.unit)}</td><td>{_num(m.a)}</td>"
+        f"<td>{_num(m.b)}</td><td>{_e(m.direction)}</td><td>{_e(_better(m))}</td></tr>"
         for m in c.metrics)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Ringscope comparison</title>"
-             f"<style>{STYLE}td.num{{text-align:right}}</style></head><body><h1>Ringscope comparison</h1>",
+             f"<style>{STYLE}#figures td:nth-child(3),#figures td:nth-child(4){{text-align:right}}</style></head><body><h1>Ringscope comparison</h1>",
              f"<p class='sub'>{_e(a_head)} vs {_e(b_head)}</p>", legend_html(),
              f"<section id='sessions'><h2>Sessions</h2><table><tr><th>{_e(a_head)}</th><td>{_e(_identity(c.a))}"
              f"</td></tr><tr><th>{_e(b_head)}</th><td>{_e(_identity(c.b))}</td></tr></table></section>",

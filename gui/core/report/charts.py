@@ -23,7 +23,7 @@ from gui.core.phases import ALERT_COLOR, COMM_EXPOSED, COMPUTE, DATA_WAIT, NO_DA
 
 MAX_RANK_BARS: int = 32
 """Beyond this, per-rank bars become noise (UI.md): show the most suspicious ranks and say so."""
-_CAUSE_COLORS = {"allreduce_stall": COMM_EXPOSED.color, "data_loader_idle": DATA_WAIT.color, "other": OTHER.color}
+CAUSE_COLORS = {"allreduce_stall": COMM_EXPOSED.color, "data_loader_idle": DATA_WAIT.color, "other": OTHER.color}
 
 
 # ---- Public API: drawing onto an Axes -----------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def draw_cost_split(ax: Axes, cost: CostBreakdown) -> None:
     useful = max(cost.cost_total - cost.waste_total, 0.0)
     left = 0.0
     parts = [("Compute (useful)", useful, COMPUTE.color)]
-    parts += [(WASTE_CAUSES[c], cost.waste_cost[c], _CAUSE_COLORS[c]) for c in WASTE_CAUSES]
+    parts += [(WASTE_CAUSES[c], cost.waste_cost[c], CAUSE_COLORS[c]) for c in WASTE_CAUSES]
     for label, value, color in parts:
         amount = f"{value:,.2f}" if value >= 1 or value == 0 else f"{value:.4f}"  # cents of a short run read 0.00
         ax.barh([0], [value], left=left, color=color, label=f"{label}: {cost.currency}{amount}")

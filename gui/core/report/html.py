@@ -1,8 +1,10 @@
-"""The self-contained HTML report: inline SVG charts and inline CSS, no script, no external URL — opens offline.
+"""The self-contained HTML report: interactive charts (the embedded uPlot), sortable tables, inline CSS and script,
+no external URL — opens offline.
 
-Owns the page layout: headline, step-time breakdown, per-rank bars, straggler, GPU utilization, cost, checkpoints
-and work at risk, recommendations, data quality, legend. Every value is HTML-escaped. Written to a temporary file
-and renamed, so a cancelled export leaves nothing behind. Must never import Qt.
+Owns the page layout: verdict and headline, step-time breakdown and throughput (hover, zoom, toggle), the per-rank
+table (one row per rank), straggler, per-GPU table, cost, checkpoints and work at risk, recommendations, data
+quality, legend. Every value is HTML-escaped. Written to a temporary file and renamed, so a cancelled export leaves
+nothing behind. Must never import Qt.
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ import html
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from gui.core.phases import PHASES
-from gui.core.report import charts
+from gui.core.report import interactive
 from gui.core.report.model import (
     Report,
     Rows,
@@ -27,6 +27,7 @@ from gui.core.report.model import (
     headline_rows,
     quality_rows,
     straggler_text,
+    verdict,
 )
 from gui.core.report.progress import Progress
 
@@ -35,7 +36,7 @@ SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "gpu
 """Ids of the page's sections, in order (tests check they are all present)."""
 
 STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
 color:#222}
 h1{margin-bottom:0}.sub{color:#666;margin-top:.2em}
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:.25em .8em;border-bottom:1px solid #eee;text-align:left;
@@ -46,6 +47,7 @@ th{color:#555;font-weight:600;white-space:nowrap}
 .evidence{color:#555;font-size:.92em}
 .swatch{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:middle;border-radius:2px}
 svg{max-width:100%;height:auto}
+.verdict{font-size:1.15em;font-weight:600;background:#eef3f8;padding:.6em .9em;border-radius:4px}
 """
 
 
@@ -56,7 +58,7 @@ def render_html(report: Report | Sequence[Report], progress: Progress | None = N
     reports = [report] if isinstance(report, Report) else list(report)
     runs = ", ".join(r.analysis.run_id or "(unnamed)" for r in reports)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)} — {_e(runs)}"
-             f"</title><style>{STYLE}</style></head><body>",
+             f"</title><style>{STYLE}</style>{interactive.head_assets()}</head><body>",
              f"<h1>{_e(title)}</h1><p class='sub'>Where did the time and the money go? "
              f"{'Run' if len(reports) == 1 else f'{len(reports)} runs:'} {_e(runs)}</p>",
              legend_html()]
@@ -69,7 +71,7 @@ def render_html(report: Report | Sequence[Report], progress: Progress | None = N
         if len(reports) > 1:
             parts.append(f"<h1 id='run-{number}'>Run {_e(one.analysis.run_id)}</h1>")
         parts.extend(_run_sections(one, part, prefix=f"run{number}-" if len(reports) > 1 else ""))
-    parts.append("</body></html>")
+    parts.append(interactive.body_scripts() + "</body></html>")
     progress(1.0, "HTML ready")
     return "\n".join(parts)
 
@@ -79,25 +81,25 @@ def _run_sections(report: Report, progress: Progress, prefix: str = "") -> list[
     a = report.analysis
     parts = []
     progress(0.05, "headline")
+    parts.append(f"<p class='verdict'>{_e(verdict(report))}</p>")
     parts.append(_section(prefix + "headline", "Summary", table(headline_rows(report))))
-    chart_steps: list[tuple[str, str, Callable[[], Figure], str]] = [
-        ("breakdown", "Step-time breakdown over time", lambda: charts.step_breakdown_columns(a),
-         "Mean seconds per step in each phase, per time bucket. Warm-up steps included."),
-        ("ranks", "Per-rank breakdown", lambda: charts.rank_bars(a),
-         "Share of step time per phase on each rank. The slowest rank has the smallest exposed wait."),
-    ]
-    for number, (section_id, heading, make, caption) in enumerate(chart_steps):
-        progress(0.1 + 0.3 * number, f"drawing {heading.lower()}")
-        parts.append(_section(prefix + section_id, heading, f"<p>{_e(caption)}</p>" + charts.to_svg(make())))
-        if section_id == "breakdown":
-            parts.append(charts.to_svg(charts.throughput_line(a)))
+    progress(0.1, "step-time charts")
+    parts.append(_section(
+        prefix + "breakdown", "Step-time breakdown over time",
+        "<p>Mean milliseconds per step in each phase, per time bucket, all ranks; warm-up steps included. Hover for "
+        "values, drag to zoom (double-click resets), click a legend entry to hide a phase.</p>"
+        + interactive.step_breakdown_chart(a, f"{prefix}chart-breakdown")
+        + "<h3>Throughput (all ranks)</h3>" + interactive.throughput_chart(a, f"{prefix}chart-throughput")))
+    progress(0.4, "per-rank table")
+    parts.append(_section(prefix + "ranks", "Per-rank breakdown",
+                          "<p>Steady-state milliseconds per step in each phase on each rank. The slowest rank has "
+                          "the smallest exposed wait.</p>" + interactive.rank_table(a)))
     progress(0.7, "straggler and GPUs")
     parts.append(_section(prefix + "straggler", "Straggler", f"<p>{_e(straggler_text(a))}</p>"))
-    parts.append(_section(prefix + "gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>" + charts.to_svg(
-        charts.gpu_utilization(a))))
+    parts.append(_section(prefix + "gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>"
+                          + interactive.gpu_table(a)))
     progress(0.85, "cost")
-    parts.append(_section(prefix + "cost", "Cost", table(cost_rows(report))
-                          + charts.to_svg(charts.cost_split(report.cost))))
+    parts.append(_section(prefix + "cost", "Cost", table(cost_rows(report)) + interactive.cost_bar(report.cost)))
     parts.append(_section(prefix + "checkpoints", "Checkpoints and work at risk", table(checkpoint_rows(report))))
     parts.append(_section(prefix + "recommendations", "Recommendations", recommendations_html(report)))
     parts.append(_section(prefix + "quality", "Data quality", table(quality_rows(report))))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pypdfium2 as pdfium
@@ -81,3 +82,61 @@ def test_empty_session_says_no_data_not_zero(tmp_path: Path) -> None:
     for text in (html, pdf_text):
         assert "no data" in text.lower()
         assert "0.0 ms" not in text and "0.0 %" not in text and "0.0%" not in text
+
+
+class _Html(HTMLParser):
+    """Script sources, link targets, per-rank table rows and headings of a report page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.srcs: list[str] = []
+        self.section = ""
+        self.rank_rows = 0
+        self.in_body = False
+        self.headings: list[str] = []
+        self._heading = False
+        self.inline_scripts = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        self.srcs += [v for k, v in attrs if k in ("src", "href") and v]
+        if tag == "section":
+            self.section = values.get("id") or ""
+        if tag == "script" and "src" not in values:
+            self.inline_scripts += 1
+        self.in_body = tag == "tbody" or (self.in_body and tag != "table")
+        if tag == "tr" and self.in_body and self.section == "ranks":
+            self.rank_rows += 1
+        self._heading = tag in ("h2", "h3")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tbody":
+            self.in_body = False
+
+    def handle_data(self, data: str) -> None:
+        if self._heading and data.strip():
+            self.headings.append(data.strip())
+            self._heading = False
+
+
+def test_html_embeds_its_charting_library_and_works_offline(tmp_path: Path) -> None:
+    report = build_report(make_session(ranks=12, steps=60, straggler=5, extra_compute_s=0.03))
+    text = export(report, "html", tmp_path / "r.html")[0].read_text(encoding="utf-8")
+    page = _Html()
+    page.feed(text)
+    assert "uPlot" in text and "var uPlot=function()" in text  # the library itself, inline
+    assert page.srcs == [] or all(src.startswith("#") for src in page.srcs), page.srcs
+    assert "<script src" not in text and "<link" not in text
+    assert page.inline_scripts >= 4  # library, page script, the two charts' data
+    assert page.rank_rows == 12  # one row per rank
+    for heading in ("Step-time breakdown over time", "Throughput (all ranks)", "Per-rank breakdown",
+                    "GPU utilization", "Where the money went"):
+        assert heading in page.headings
+    assert "class='straggler'" in text and "data-chart='chart-breakdown'" in text
+
+
+def test_html_rank_table_has_every_rank_beyond_the_chart_limit(tmp_path: Path) -> None:
+    report = build_report(make_session(ranks=40, steps=20, gpu=False))
+    page = _Html()
+    page.feed(export(report, "html", tmp_path / "r.html")[0].read_text(encoding="utf-8"))
+    assert page.rank_rows == 40

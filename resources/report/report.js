@@ -1,0 +1,98 @@
+/* Ringscope report: interactive charts (uPlot, embedded above this script) and sortable tables, offline.
+ * Charts: an element with data-chart="ID" reads its JSON spec from <script type="application/json" id="ID">.
+ *   {kind: "stack"|"line", x: [...], xlabel, ylabel, unit, series: [{label, color, values: [...]}]}
+ *   Hover shows exact values, drag selects an x-range to zoom (double-click resets), a legend click hides a
+ *   series (the stack is rebuilt without it). null is "no data": a gap, never 0.
+ * Tables: <table class="sortable">; a header click sorts by the cells' data-v (numbers) or text.
+ */
+(function () {
+  "use strict";
+
+  function fmt(value, unit, digits) {
+    if (value === null || value === undefined || Number.isNaN(value)) return "no data";
+    return value.toLocaleString(undefined, {maximumFractionDigits: digits, minimumFractionDigits: digits}) +
+      (unit ? " " + unit : "");
+  }
+
+  function widthOf(el) { return Math.max(320, el.clientWidth || 900); }
+
+  function stacked(el, spec) {
+    var count = spec.x.length;
+    // Drawn top of the stack first, so each lower phase paints over the one above it.
+    var order = spec.series.map(function (_, i) { return i; }).reverse();
+    function stackData(u) {
+      var shown = spec.series.map(function (_, i) {
+        return !u || u.series[1 + order.indexOf(i)].show !== false;
+      });
+      var acc = new Array(count).fill(0), tops = [];
+      spec.series.forEach(function (series, i) {
+        acc = acc.map(function (a, j) { return a + (shown[i] ? (series.values[j] || 0) : 0); });
+        tops.push(acc.map(function (v, j) { return spec.empty[j] ? null : v; }));
+      });
+      return [spec.x].concat(order.map(function (i) { return tops[i]; }));
+    }
+    var bars = uPlot.paths.bars({size: [0.9, 80]});
+    var series = [{label: spec.xlabel, value: function (u, v) { return v === null ? "" : fmt(v, "s", 1); }}]
+      .concat(order.map(function (i) {
+        var s = spec.series[i];
+        return {
+          label: s.label, fill: s.color, stroke: s.color, width: 0, paths: bars, points: {show: false},
+          value: function (u, v, si, idx) {
+            return idx === null || idx === undefined ? "--" : fmt(s.values[idx], spec.unit, 2);
+          }
+        };
+      }));
+    var plot = new uPlot({
+      width: widthOf(el), height: spec.height || 300, series: series,
+      scales: {x: {time: false}}, axes: [{label: spec.xlabel}, {label: spec.ylabel}],
+      cursor: {drag: {x: true, y: false}},
+      hooks: {setSeries: [function (u) { u.setData(stackData(u), false); u.redraw(); }]}
+    }, stackData(null), el);
+    return plot;
+  }
+
+  function line(el, spec) {
+    var series = [{label: spec.xlabel, value: function (u, v) { return v === null ? "" : fmt(v, "s", 1); }}]
+      .concat(spec.series.map(function (s) {
+        return {label: s.label, stroke: s.color, width: 2, spanGaps: false, points: {size: 4},
+                value: function (u, v, si, idx) {
+                  return idx === null || idx === undefined ? "--" : fmt(v, spec.unit, 1);
+                }};
+      }));
+    var data = [spec.x].concat(spec.series.map(function (s) { return s.values; }));
+    return new uPlot({
+      width: widthOf(el), height: spec.height || 220, series: series,
+      scales: {x: {time: false}, y: {range: function (u, min, max) { return [0, max > 0 ? max * 1.15 : 1]; }}},
+      axes: [{label: spec.xlabel}, {label: spec.ylabel}], cursor: {drag: {x: true, y: false}}
+    }, data, el);
+  }
+
+  var plots = [];
+  document.querySelectorAll("[data-chart]").forEach(function (el) {
+    var spec = JSON.parse(document.getElementById(el.getAttribute("data-chart")).textContent);
+    el.textContent = "";
+    plots.push([el, spec.kind === "stack" ? stacked(el, spec) : line(el, spec)]);
+  });
+  window.addEventListener("resize", function () {
+    plots.forEach(function (p) { p[1].setSize({width: widthOf(p[0]), height: p[1].height}); });
+  });
+
+  document.querySelectorAll("table.sortable").forEach(function (table) {
+    var heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function (th, column) {
+      th.addEventListener("click", function () {
+        var ascending = th.getAttribute("data-dir") !== "asc";
+        Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("data-dir"); });
+        th.setAttribute("data-dir", ascending ? "asc" : "desc");
+        var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = a.cells[column].getAttribute("data-v"), y = b.cells[column].getAttribute("data-v");
+          var nx = parseFloat(x), ny = parseFloat(y);
+          var order = Number.isNaN(nx) || Number.isNaN(ny) ? String(x).localeCompare(String(y)) : nx - ny;
+          return ascending ? order : -order;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  });
+})();
