@@ -3,6 +3,8 @@
     python -m benchmarks report
 
 Builds a synchronous data-parallel session in memory (numpy, one straggler) and times each stage once, in one run.
+The full run adds what ``ringscope report S.db --html --pdf`` costs on a 1-hour 256-rank session file (2 steps/s per
+rank, written by ``bench_reopen.write_session``): load, analysis, HTML, PDF.
 """
 
 from __future__ import annotations
@@ -66,6 +68,35 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             size = sum(p.stat().st_size for p in paths)
             rows.append({"benchmark": "report", "metric": f"export {kind}", "value": elapsed, "unit": "s",
                          "note": f"{note}; {size / 1e6:.1f} MB"})
+    if not quick:
+        rows += hour_rows()
+    return rows
+
+
+def hour_rows(ranks: int = 256, duration_s: float = 3600.0, steps_per_s: float = 2.0) -> list[dict[str, Any]]:
+    """Seconds to load, analyze and export (HTML, PDF) a 1-hour session file of ``ranks`` ranks."""
+    from benchmarks.bench_reopen import write_session
+    from gui.core.ingest.session import load
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "hour.db"
+        count = write_session(path, ranks, duration_s, steps_per_s)
+        note = f"{ranks} ranks x {duration_s / 3600:g} h at {steps_per_s:g} steps/s = {count:,} step rows (file)"
+        started = time.perf_counter()
+        session = load(path)
+        rows.append({"benchmark": "report", "metric": "1 h file: load", "value": time.perf_counter() - started,
+                     "unit": "s", "note": note})
+        started = time.perf_counter()
+        report = build_report(session)
+        rows.append({"benchmark": "report", "metric": "1 h file: analysis", "value": time.perf_counter() - started,
+                     "unit": "s", "note": note})
+        for kind in ("html", "pdf"):
+            started = time.perf_counter()
+            [written] = export(report, kind, Path(folder) / f"hour.{kind}")
+            rows.append({"benchmark": "report", "metric": f"1 h file: export {kind}",
+                         "value": time.perf_counter() - started, "unit": "s",
+                         "note": f"{note}; {written.stat().st_size / 1e6:.2f} MB"})
     return rows
 
 

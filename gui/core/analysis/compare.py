@@ -151,7 +151,7 @@ def render_compare_html(comparison: Comparison, progress: Progress | None = None
         f"<td>{_num(m.b)}</td><td>{_e(m.direction)}</td><td>{_e(_better(m))}</td></tr>"
         for m in c.metrics)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Ringscope comparison</title>"
-             f"<style>{STYLE}#figures td:nth-child(3),#figures td:nth-child(4){{text-align:right}}</style></head><body><h1>Ringscope comparison</h1>",
+             f"<style>{STYLE}{_FIGURES_CSS}</style></head><body><h1>Ringscope comparison</h1>",
              f"<p class='sub'>{_e(a_head)} vs {_e(b_head)}</p>", legend_html(),
              f"<section id='sessions'><h2>Sessions</h2><table><tr><th>{_e(a_head)}</th><td>{_e(_identity(c.a))}"
              f"</td></tr><tr><th>{_e(b_head)}</th><td>{_e(_identity(c.b))}</td></tr></table></section>",
@@ -251,6 +251,8 @@ def compare_files(
     tracker(1.0, "comparison written")
     return comparison, written
 
+
+_FIGURES_CSS = "#figures td{white-space:nowrap}#figures td:nth-child(3),#figures td:nth-child(4){text-align:right}"
 
 RUN_COLORS: tuple[str, str] = ("#222222", "#8e44ad")
 """A's and B's line colors (phase colors are taken by the phases)."""
