@@ -16,6 +16,12 @@
 
   function widthOf(el) { return Math.max(320, el.clientWidth || 900); }
 
+  // x runs over whole buckets (the points are bucket centres), so the first and last columns are not cut in half.
+  function xScale(spec) {
+    var half = (spec.bucket || 0) / 2;
+    return {time: false, range: function (u, min, max) { return [min - half, max + half]; }};
+  }
+
   function stacked(el, spec) {
     var count = spec.x.length;
     // Drawn top of the stack first, so each lower phase paints over the one above it.
@@ -44,7 +50,7 @@
       }));
     var plot = new uPlot({
       width: widthOf(el), height: spec.height || 300, series: series,
-      scales: {x: {time: false}}, axes: [{label: spec.xlabel}, {label: spec.ylabel}],
+      scales: {x: xScale(spec)}, axes: [{label: spec.xlabel}, {label: spec.ylabel}],
       cursor: {drag: {x: true, y: false}},
       hooks: {setSeries: [function (u) { u.setData(stackData(u), false); u.redraw(); }]}
     }, stackData(null), el);
@@ -62,7 +68,7 @@
     var data = [spec.x].concat(spec.series.map(function (s) { return s.values; }));
     return new uPlot({
       width: widthOf(el), height: spec.height || 220, series: series,
-      scales: {x: {time: false}, y: {range: function (u, min, max) { return [0, max > 0 ? max * 1.15 : 1]; }}},
+      scales: {x: xScale(spec), y: {range: function (u, min, max) { return [0, max > 0 ? max * 1.15 : 1]; }}},
       axes: [{label: spec.xlabel}, {label: spec.ylabel}], cursor: {drag: {x: true, y: false}}
     }, data, el);
   }

@@ -55,7 +55,8 @@ def body_scripts() -> str:
 def step_breakdown_chart(analysis: SessionAnalysis, chart_id: str) -> str:
     """Stacked columns of mean milliseconds per step and phase per time bucket; hover gives each phase's value."""
     t = analysis.timeline
-    spec = {"kind": "stack", "x": (t.start_s + t.bucket_s / 2).tolist(), "empty": np.isnan(t.step_s).tolist(),
+    spec = {"kind": "stack", "x": (t.start_s + t.bucket_s / 2).tolist(), "bucket": t.bucket_s,
+            "empty": np.isnan(t.step_s).tolist(),
             "xlabel": f"time since start (s), {t.bucket_s:g} s buckets", "ylabel": "mean step time (ms)",
             "unit": "ms", "series": [{"label": p.label, "color": p.color, "values": _values(t.phase_s[p.name] * 1e3)}
                                      for p in PHASES]}
@@ -65,7 +66,8 @@ def step_breakdown_chart(analysis: SessionAnalysis, chart_id: str) -> str:
 def throughput_chart(analysis: SessionAnalysis, chart_id: str) -> str:
     """Throughput per time bucket as a line; empty buckets are gaps."""
     t = analysis.timeline
-    spec = {"kind": "line", "x": (t.start_s + t.bucket_s / 2).tolist(), "xlabel": "time since start (s)",
+    spec = {"kind": "line", "x": (t.start_s + t.bucket_s / 2).tolist(), "bucket": t.bucket_s,
+            "xlabel": "time since start (s)",
             "ylabel": t.throughput_unit, "unit": t.throughput_unit,
             "series": [{"label": "Throughput (all ranks)", "color": COMPUTE.color, "values": _values(t.throughput)}]}
     return _chart(chart_id, spec, bool(np.isfinite(t.throughput).any()))
