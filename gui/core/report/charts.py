@@ -2,16 +2,14 @@
 
 Owns the look of the exported pictures: stacked step-time columns over time, per-rank stacked horizontal bars,
 throughput, per-GPU utilization and the cost split, all in the phase colors of ``gui.core.phases``. Each chart is a
-``draw_*`` function onto a given ``Axes`` (the PDF lays several out on an A4 page, the comparison puts A and B side
-by side on a shared scale) and a ``Figure``-returning wrapper. Every axis has units, every chart a title; a chart
-that shows only part of the data says so in its title, and a chart without data says "no data".
+``draw_*`` function onto a given ``Axes``: the PDF lays several out on an A4 page, the comparison puts A and B side
+by side on a shared scale (the HTML report draws its own interactive charts in the browser). Every axis has units,
+every chart a title; a chart that shows only part of the data says so in its title, one without data says "no data".
 """
 
 from __future__ import annotations
 
-import base64
 import io
-from collections.abc import Callable
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -150,34 +148,7 @@ def no_data(ax: Axes, text: str = "no data") -> None:
     _style(ax)
 
 
-# ---- Public API: whole figures (HTML fallback pictures) -----------------------------------------------------------
-
-
-def step_breakdown_columns(analysis: SessionAnalysis) -> Figure:
-    """The step-time breakdown as its own figure."""
-    return _figure((9, 3.4), lambda ax: draw_step_breakdown(ax, analysis))
-
-
-def rank_bars(analysis: SessionAnalysis) -> Figure:
-    """The per-rank breakdown as its own figure."""
-    count = len(ranks_to_show(analysis)[0])
-    return _figure((9, max(2.0, 0.3 * count + 1.2)), lambda ax: draw_rank_bars(ax, analysis))
-
-
-def throughput_line(analysis: SessionAnalysis) -> Figure:
-    """Throughput as its own figure."""
-    return _figure((9, 2.6), lambda ax: draw_throughput(ax, analysis))
-
-
-def gpu_utilization(analysis: SessionAnalysis) -> Figure:
-    """GPU utilization as its own figure."""
-    count = min(len(analysis.gpus), MAX_RANK_BARS)
-    return _figure((9, max(1.6, 0.3 * count + 1.2)), lambda ax: draw_gpu_utilization(ax, analysis))
-
-
-def cost_split(cost: CostBreakdown) -> Figure:
-    """The cost split as its own figure."""
-    return _figure((9, 1.8), lambda ax: draw_cost_split(ax, cost))
+# ---- Public API: output ----------------------------------------------------------------------------------------
 
 
 def to_svg(fig: Figure) -> str:
@@ -188,21 +159,7 @@ def to_svg(fig: Figure) -> str:
     return text[text.index("<svg"):]
 
 
-def to_png_base64(fig: Figure, dpi: int = 100) -> str:
-    """The figure as a base64 PNG (for a ``data:`` URL)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
 # ---- Helpers ------------------------------------------------------------------------------------------------------
-
-
-def _figure(size: tuple[float, float], draw: Callable[[Axes], None]) -> Figure:
-    fig = Figure(figsize=size)
-    draw(fig.add_subplot())
-    fig.tight_layout()
-    return fig
 
 
 def _style(ax: Axes) -> None:
