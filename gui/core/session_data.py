@@ -24,16 +24,26 @@ def empty_columns(kind: str) -> Columns:
 
 
 def columns_from_rows(kind: str, rows: Sequence[Sequence[Any]]) -> Columns:
-    """Turn rows of field values (schema order) into columns. Missing numeric readings become NaN."""
+    """Turn rows of field values (schema order) into columns. Missing numeric readings become NaN, and so does a
+    value that is not a number (a damaged file): a reading that cannot be read is missing, not a crash."""
     specs = FIELDS[kind]
     out: Columns = {}
     for index, spec in enumerate(specs):
         values = [row[index] for row in rows]
         if spec.sql_type in ("REAL", "INTEGER"):
-            out[spec.name] = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+            out[spec.name] = np.array([_as_float(v) for v in values], dtype=np.float64)
         else:
             out[spec.name] = np.array(values, dtype=object)
     return out
+
+
+def _as_float(value: Any) -> float:
+    if value is None:
+        return np.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
 
 
 @dataclass(slots=True)

@@ -246,12 +246,50 @@ def _select(connection: sqlite3.Connection, kind: str) -> list[tuple[Any, ...]]:
     return connection.execute(f'SELECT agent_id, recv_s, {columns} FROM "{kind}" ORDER BY rowid').fetchall()
 
 
+_MISSING: Final[float] = -1.7976931348623157e308
+"""What SQL puts in place of NULL in numeric columns so that a whole table converts to float64 in one call."""
+
+
 def _columns(connection: sqlite3.Connection, kind: str) -> Columns:
-    rows = _select(connection, kind)
-    columns = columns_from_rows(kind, [row[2:] for row in rows])
-    columns["agent_id"] = np.array([row[0] for row in rows], dtype=object)
-    columns["recv_s"] = np.array([row[1] for row in rows], dtype=np.float64)
+    """A kind's table as columns. Numeric fields are read in one query and converted by numpy in one call (a 1-hour,
+    256-rank session has ~2 M step rows: per-value Python conversion took most of the load time)."""
+    present = {row[1] for row in connection.execute(f'PRAGMA table_info("{kind}")')}
+    if not present:
+        return {**columns_from_rows(kind, []), "agent_id": np.array([], dtype=object),
+                "recv_s": np.array([], dtype=np.float64)}
+    specs = FIELDS[kind]
+    numeric = [spec.name for spec in specs if spec.sql_type in ("REAL", "INTEGER")]
+    other = [spec.name for spec in specs if spec.sql_type not in ("REAL", "INTEGER")]
+    numbers = ", ".join(f'IFNULL("{name}", {_MISSING!r})' if name in present else repr(_MISSING)
+                        for name in ["recv_s", *numeric])
+    try:
+        values = np.array(connection.execute(f'SELECT {numbers} FROM "{kind}" ORDER BY rowid').fetchall(),
+                          dtype=np.float64).reshape(-1, len(numeric) + 1)
+    except (TypeError, ValueError):  # text where a number belongs (a damaged file): the careful row-by-row path
+        rows = _select(connection, kind)
+        careful = columns_from_rows(kind, [row[2:] for row in rows])
+        careful["agent_id"] = np.array([row[0] for row in rows], dtype=object)
+        careful["recv_s"] = np.array([row[1] for row in rows], dtype=np.float64)
+        return careful
+    values[values == _MISSING] = np.nan
+    texts = ", ".join(f'"{name}"' if name in present else "NULL" for name in ["agent_id", *other])
+    text_rows = connection.execute(f'SELECT {texts} FROM "{kind}" ORDER BY rowid').fetchall()
+    columns: Columns = {}
+    for spec in specs:
+        if spec.name in numeric:
+            columns[spec.name] = np.ascontiguousarray(values[:, 1 + numeric.index(spec.name)])
+        else:
+            index = 1 + other.index(spec.name)
+            columns[spec.name] = _object_column([row[index] for row in text_rows])
+    columns["agent_id"] = _object_column([row[0] for row in text_rows])
+    columns["recv_s"] = np.ascontiguousarray(values[:, 0])
     return columns
+
+
+def _object_column(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _agents(connection: sqlite3.Connection) -> list[Hello]:

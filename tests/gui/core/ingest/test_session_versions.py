@@ -44,3 +44,27 @@ def test_a_file_of_schema_1_1_has_no_heartbeat_table_and_still_opens(tmp_path: P
     con.close()
     with pytest.raises(SessionFileError, match="missing the table"):
         load(path)
+
+
+def test_columns_read_in_bulk_equal_the_careful_path_and_text_in_a_number_column_falls_back(tmp_path: Path) -> None:
+    import numpy as np
+
+    from agent.schema import Step
+    from gui.core.ingest import session
+
+    path = tmp_path / "s.db"
+    recorder = Recorder(path).start()
+    steps = [Step(r, k, 1.0 + k, 1.1 + k, 0.1, None if k % 3 else 0.01, 0.05, None, None, 32 if k % 2 else None)
+             for k in range(50) for r in range(2)]
+    recorder.on_batch(wire.Batch("a", 0, 1.0, (1, 2), steps), 2.0)
+    recorder.close()
+    con = sqlite3.connect(path)
+    careful = session.columns_from_rows("step", [row[2:] for row in session._select(con, "step")])
+    bulk = load(path).steps
+    for name, column in careful.items():
+        assert np.array_equal(column, bulk[name], equal_nan=True) if column.dtype != object else \
+            list(column) == list(bulk[name]), name
+    con.execute("UPDATE step SET compute_s = 'oops' WHERE rowid = 1")  # a damaged row
+    con.commit()
+    con.close()
+    assert len(load(path).steps["step"]) == 100  # read the careful way, not refused
