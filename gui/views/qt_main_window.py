@@ -210,11 +210,11 @@ class QtMainWindow(QtWidgets.QMainWindow):
             return []
         self._last_runs_refresh = time.monotonic()
         if self.watcher is not None:
-            for notice in self.watcher.tick():
+            for notice in self.watcher.tick():  # refreshes the run states
                 self.hangs[notice.run_id] = notice.verdict
                 self.status.showMessage(f"Run {notice.run_id} {notice.verdict.summary(time.time())} — Run ▸ Hang "
                                         "details… (Ctrl+H) shows the stacks", 30_000)
-        rows = self.runs.rows()
+        rows = self.runs.rows(refresh=self.watcher is None)
         self.runs_model.set_rows(rows, self.preferences.price_per_gpu_hour or None)
         shown = self.selected_run_id
         target = self.selection.choose([row.run_id for row in rows], shown,

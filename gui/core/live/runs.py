@@ -277,10 +277,11 @@ class LiveRuns:
             self._release_old(now)
         return changes
 
-    def rows(self, now_s: float | None = None) -> list[RunRow]:
-        """The runs table, oldest first (states refreshed first)."""
+    def rows(self, now_s: float | None = None, *, refresh: bool = True) -> list[RunRow]:
+        """The runs table, oldest first (states refreshed first, unless the caller just did)."""
         now = time.time() if now_s is None else now_s
-        self.refresh(now)
+        if refresh:
+            self.refresh(now)
         with self._lock:
             runs = list(self._runs.values())
         return [self._row(run, now) for run in runs]
@@ -352,7 +353,7 @@ class LiveRuns:
     def _judge_hang(self, run: _Run, now: float) -> HangVerdict | None:
         if run.store is None or not math.isfinite(run.last_step_recv_s):
             return None
-        snap = run.store.snapshot(now)
+        snap = run.store.recent_snapshot(now)
         finished = {rank for rank, agent in run.rank_agent.items() if agent in run.finished}
         alive = {rank for rank, agent in run.rank_agent.items()
                  if agent not in run.finished and now - run.last_seen.get(agent, -math.inf) <= self._lost_timeout_s}
@@ -410,7 +411,7 @@ class LiveRuns:
         if run.store is None and run.frozen is not None:
             return run.frozen
         hello = run.first_hello
-        snap = run.store.snapshot(now) if run.store is not None else None
+        snap = run.store.recent_snapshot(now) if run.store is not None else None
         started = min(h.started_s for h in run.agents.values())
         ended = run.ended_s
         if run.recorded and not math.isfinite(ended) and snap is not None:

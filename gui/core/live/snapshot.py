@@ -212,9 +212,9 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         idle_share=idle, idle_cause=cause, idle_cause_share=cause_share,
         # while the run goes on, lost or finished ranks are not "the rank the others wait for" any more; once it
         # ended, the verdict over every rank's last steps is the run's final one
-        straggler=find_live_straggler(raw["ranks"], np.where(keep, recent["step_s"], np.nan),
-                                      np.where(keep & candidates[:, None], recent["comm_exposed_s"], np.nan),
-                                      r_data, r_comp),
+        straggler=raw["straggler"] if "straggler" in raw else find_live_straggler(
+            raw["ranks"], np.where(keep, recent["step_s"], np.nan),
+            np.where(keep & candidates[:, None], recent["comm_exposed_s"], np.nan), r_data, r_comp),
         counters=raw["counters"], steps_total=raw["steps_total"], latest_end_s=raw["latest_end_s"],
         step_pct_s=step_pct, run_id=raw.get("run_id", ""), run_state=ended_state or raw.get("run_state", "running"),
         ended_s=ended_s, rank_steps=readonly(raw["rank_steps"]), rank_samples=readonly(raw["rank_samples"]),

@@ -61,6 +61,8 @@ MAX_RANKS: Final[int] = 8192
 """Ranks one store shows; records of further ranks are counted (``records_beyond_rank_cap``), not kept: a message
 naming 65 536 ranks must not cost the window gigabytes (each rank holds ~40 KB of history). The recording has
 them all."""
+STRAGGLER_EVERY_S: Final[float] = 0.25
+"""How often frames re-judge the straggler (between, a frame shows the last verdict)."""
 MAX_BUCKET_S: Final[float] = 4096.0
 """Widest bucket a run's history is merged into; beyond that the oldest buckets leave the ring (weeks-long runs)."""
 
@@ -90,6 +92,7 @@ class LiveStore:
         self.run_id = run_id
         self._max_ranks = max_ranks
         self._ended: tuple[str, float] | None = None  # (run state, when) once the run is over
+        self._straggler_judged_s = -math.inf
         self._T = buckets
         self._R = recent_steps
         self._K = recent_window
@@ -223,9 +226,25 @@ class LiveStore:
             raw = self._copy_locked()
             if now_s is None:
                 now = time.time()  # after the copy: no message in it can be "newer than now"
+        # The straggler verdict judges every rank's recent steps (~10 ms at 1024 ranks): a few times a second is
+        # what a reader can follow, not every frame.
+        if (cached is not None and 0 <= now - self._straggler_judged_s < STRAGGLER_EVERY_S
+                and cached.ranks.size == raw["ranks"].size and not raw["ended"]):
+            raw["straggler"] = cached.straggler
+        else:
+            self._straggler_judged_s = now
         snap = build_snapshot(raw, now, raw["bucket_s"], self.lost_timeout_s)
         self._cache = snap
         return snap
+
+    def recent_snapshot(self, now_s: float | None = None, max_age_s: float = 1.0) -> Snapshot:
+        """The last snapshot a frame built, if it is younger than ``max_age_s``, else a new one: for readers that
+        want figures a few times a second (the runs table, hang checks, metrics) without building their own."""
+        now = time.time() if now_s is None else now_s
+        cached = self._cache
+        if cached is not None and 0 <= now - cached.now_s < max_age_s:
+            return cached
+        return self.snapshot(now_s)
 
     def step_end_times(self, since: int) -> tuple[np.ndarray, int]:
         """``end_s`` of the steps ingested after the first ``since`` (at most the last 65 536), and the new total."""
