@@ -192,12 +192,12 @@ class Publisher:
             while True:
                 stopping = self._stop.wait(self._flush_interval_s)
                 now = time.monotonic()
-                if monitor is not None:
-                    self._count_disconnects(monitor)
                 if self._hello is not None and now >= next_hello:
                     self._pending_hello = self._hello()
                     next_hello = now + self._hello_interval_s
                 if stopping or now >= next_health:
+                    if monitor is not None:  # read with the Health that reports them, not on every wake-up
+                        self._count_disconnects(monitor)
                     self._pending_health = self._health()
                     next_health = now + self._health_interval_s
                 self._drain(socket)
@@ -277,7 +277,7 @@ class Publisher:
         self._sent_records += len(batch)
 
     def _count_disconnects(self, monitor: zmq.Socket) -> None:
-        while True:
+        while monitor.poll(0):  # a poll costs far less than the zmq.Again a non-blocking receive raises
             try:
                 event = zmq_monitor.recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
