@@ -439,7 +439,9 @@ class LiveStore:
         slot = int(self._rank["count"][row]) % self._R
         self._rank["count"][row] += 1
         if s.samples is not None:  # NaN until a rank reports samples: "not reported" is not 0
-            self._rank["samples"][row] = np.nan_to_num(self._rank["samples"][row]) + s.samples
+            samples = self._rank["samples"]
+            before = float(samples[row])
+            samples[row] = (before if before == before else 0.0) + s.samples  # NaN != NaN; np.nan_to_num: ~20 µs
         recent = self._recent
         recent["step"][row, slot] = s.step
         recent["end_s"][row, slot] = s.end_s
