@@ -205,3 +205,29 @@ def test_first_batch_not_sent_counts_as_not_first() -> None:
     session.steps["first_batch"] = np.full(len(session.steps["step"]), np.nan)  # an agent that never sends it
     a = analyze(session)
     assert a.steps_steady == 2 * (30 - 3)  # only the warm-up is dropped
+
+
+def test_per_rank_summaries_in_one_pass_equal_the_per_rank_masks() -> None:
+    from gui.core.analysis.summary import _breakdown, _rank_summaries, _throughput, phase_seconds, steady_mask
+
+    session = make_session(ranks=4, straggler=2, extra_compute_s=0.02)
+    steps = {name: column.copy() for name, column in session.steps.items()}
+    steps["samples"][steps["rank"] == 1] = np.nan  # a rank that reports no samples
+    steps["compute_s"][::7] = np.nan  # some steps without phases
+    steps["step_s"][::11] = np.nan
+    phases, steady = phase_seconds(steps), steady_mask(steps)
+    fast = _rank_summaries(steps, phases, steady)
+    assert [r.rank for r in fast] == [0, 1, 2, 3]
+    for summary in fast:
+        mine = steps["rank"] == summary.rank
+        reference = _breakdown(steps, phases, mine & steady)
+        assert summary.steps_total == int(mine.sum())
+        assert summary.breakdown.steps == reference.steps
+        assert summary.breakdown.step_s == pytest.approx(reference.step_s, rel=1e-12)
+        assert summary.breakdown.unmeasured_s == pytest.approx(reference.unmeasured_s, rel=1e-12, abs=1e-15)
+        for name, value in reference.seconds.items():
+            assert summary.breakdown.seconds[name] == pytest.approx(value, rel=1e-12, abs=1e-15)
+        throughput, unit = _throughput({k: steps[k][mine] for k in ("start_s", "end_s", "samples")}, steady[mine])
+        expected = throughput if unit == "samples/s" else None
+        assert summary.samples_per_s == (None if expected is None else pytest.approx(expected, rel=1e-12))
+    assert fast[1].samples_per_s is None
