@@ -116,7 +116,9 @@ class QtReportExporter(QtCore.QObject):
     def __init__(self, parent: QtWidgets.QWidget | None = None, pool: QtCore.QThreadPool | None = None) -> None:
         super().__init__(parent)
         self._parent = parent
-        self._pool = pool or QtCore.QThreadPool.globalInstance()
+        # Its own pool: an export never waits behind the window's other background work (loading, comparing) in
+        # Qt's global pool, which has as many threads as cores (2 here).
+        self._pool = pool or QtCore.QThreadPool(self)
         self.jobs: list[ExportJob] = []
 
     def start(self, session: SessionData | Callable[[], SessionData], kind: str, path: str,

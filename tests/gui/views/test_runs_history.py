@@ -207,11 +207,14 @@ def test_export_names_the_file_and_gives_it_normal_permissions(qtbot: QtBot, win
     target = tmp_path / "report.html"
     old_umask = os.umask(0o022)
     try:
+        outcomes: list[object] = []
         job = win.export_selected_run("html", str(target))
-        with qtbot.waitSignal(job.sig_finished, timeout=WAIT_MS):
-            pass
+        job.sig_failed.connect(lambda text: outcomes.append(f"failed: {text}"))
+        job.sig_finished.connect(outcomes.append)
+        qtbot.waitUntil(lambda: bool(outcomes), timeout=WAIT_MS)  # finished or failed: say which
     finally:
         os.umask(old_umask)
+    assert not str(outcomes[0]).startswith("failed"), outcomes
     notice = win.status.export_notice
     assert str(target) in notice.label.text() and notice.isVisible()
     assert notice.open_button.isVisible() and notice.folder_button.isVisible()
