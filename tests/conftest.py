@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+
+import pytest
+import zmq
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Agents started by tests must never talk to a developer's running app on the default port.
@@ -13,3 +17,24 @@ os.environ.setdefault("RINGSCOPE_ENDPOINT", "tcp://127.0.0.1:1")
 _scratch_home = tempfile.mkdtemp(prefix="ringscope-tests-")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_scratch_home, "config")
 os.environ["XDG_DATA_HOME"] = os.path.join(_scratch_home, "data")
+
+
+@pytest.fixture
+def push() -> Iterator[Callable[[str], zmq.Socket]]:
+    """Connect PUSH sockets to a collector under test (linger 0, a send timeout: a stuck collector fails the test,
+    never hangs it); all closed at teardown."""
+    context = zmq.Context()
+    sockets: list[zmq.Socket] = []
+
+    def connect(endpoint: str) -> zmq.Socket:
+        sock = context.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, 20_000)
+        sock.connect(endpoint)
+        sockets.append(sock)
+        return sock
+
+    yield connect
+    for sock in sockets:
+        sock.close(0)
+    context.term()

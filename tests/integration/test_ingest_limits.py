@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import zmq
 
 import agent
 from agent import wire
@@ -85,24 +84,6 @@ def recordings(tmp_path: Path) -> Iterator[Callable[..., Recording]]:
     for recording in started:
         recording.kill()
 
-
-@pytest.fixture
-def push() -> Iterator[Callable[[str], zmq.Socket]]:
-    context = zmq.Context()
-    sockets: list[zmq.Socket] = []
-
-    def connect(endpoint: str) -> zmq.Socket:
-        sock = context.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDTIMEO, 20_000)  # a collector that stopped reading fails the test, never hangs it
-        sock.connect(endpoint)
-        sockets.append(sock)
-        return sock
-
-    yield connect
-    for sock in sockets:
-        sock.close(0)
-    context.term()
 
 
 def _status_kb(pid: int, field: str) -> int:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 
 import msgpack
 import pytest
-import zmq
 
 from agent import wire
 from agent.schema import SCHEMA_VERSION, Step
@@ -74,23 +73,6 @@ def collector_and_sink() -> Iterator[tuple[Collector, ListSink]]:
     yield collector, sink
     collector.close()
 
-
-@pytest.fixture
-def push() -> Iterator[Callable[[str], zmq.Socket]]:
-    context = zmq.Context()
-    sockets: list[zmq.Socket] = []
-
-    def connect(endpoint: str) -> zmq.Socket:
-        sock = context.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        sockets.append(sock)
-        return sock
-
-    yield connect
-    for sock in sockets:
-        sock.close(0)
-    context.term()
 
 
 def test_several_agent_processes_arrive_completely(collector_and_sink) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-import zmq
 
 from agent import wire
 from agent.schema import Step
@@ -48,23 +47,6 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
         time.sleep(0.02)
     return condition()
 
-
-@pytest.fixture
-def push() -> Iterator[Callable[[str], zmq.Socket]]:
-    context = zmq.Context()
-    sockets: list[zmq.Socket] = []
-
-    def connect(endpoint: str) -> zmq.Socket:
-        sock = context.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        sockets.append(sock)
-        return sock
-
-    yield connect
-    for sock in sockets:
-        sock.close(0)
-    context.term()
 
 
 def _step(agent_id: str, seq: int, rank: int = 0) -> bytes:
