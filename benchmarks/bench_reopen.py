@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from agent.schema import FIELDS, schema_version_str
+from gui.core.ingest import blocks
 from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement
 
 T0 = 1_700_000_000.0
@@ -62,7 +63,9 @@ def write_session(path: Path, ranks: int, duration_s: float, steps_per_s: float,
             columns = [values[c].tolist() if c in values else [None] * k.size for c in step_cols]
             columns[step_cols.index("first_batch")] = [0] * k.size
             rows.extend(zip([f"agent-{r}"] * k.size, (end + 0.05).tolist(), *columns, strict=True))
+        last = con.execute('SELECT IFNULL(MAX(rowid), 0) FROM "step"').fetchone()[0]
         con.executemany(insert_statement("step"), rows)
+        blocks.write(con, rows, last + 1)  # as the recorder does
     for statement in INDEXES:
         con.execute(statement)
     con.commit()

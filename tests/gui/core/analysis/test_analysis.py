@@ -231,3 +231,23 @@ def test_per_rank_summaries_in_one_pass_equal_the_per_rank_masks() -> None:
         expected = throughput if unit == "samples/s" else None
         assert summary.samples_per_s == (None if expected is None else pytest.approx(expected, rel=1e-12))
     assert fast[1].samples_per_s is None
+
+
+def test_steady_mask_in_one_sort_equals_a_mask_per_rank() -> None:
+    """The vectorized warm-up mask drops exactly each rank's first steps by step number (ties in arrival order),
+    never more than half a rank's steps, and leaves NaN ranks alone, as a mask per rank did."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    ranks = rng.integers(0, 7, n).astype(np.float64)
+    ranks[rng.integers(0, n, 20)] = np.nan
+    steps = {"rank": ranks, "step": rng.integers(0, 40, n).astype(np.float64),
+             "first_batch": rng.choice([0.0, 1.0, np.nan], n, p=[0.8, 0.1, 0.1])}
+    steps["rank"][:2] = 9.0  # a rank with 2 steps: at most 1 dropped
+    for warmup in (0, 3, 50):
+        expected = ~(np.nan_to_num(steps["first_batch"], nan=0.0) > 0)
+        for rank in np.unique(ranks):
+            idx = np.flatnonzero(ranks == rank)
+            skip = min(warmup, len(idx) // 2)
+            if skip:
+                expected[idx[np.argsort(steps["step"][idx], kind="stable")][:skip]] = False
+        np.testing.assert_array_equal(steady_mask(steps, warmup), expected)
