@@ -18,6 +18,26 @@ from gui.core.ingest.collector import Collector
 from gui.core.ingest.recorder import Recorder
 
 
+def block_cost(ranks: int = 1024, steps: int = 10, repeats: int = 20) -> list[dict[str, Any]]:
+    """Writer-thread CPU the columnar copy of the step rows (``gui.core.ingest.blocks``) adds per step row: encoding
+    one commit's rows (``ranks`` x ``steps``, as the converter makes them) into a block."""
+    from agent import wire
+    from agent.schema import Step
+    from gui.core.ingest import blocks
+
+    records = [Step(r, s, 1.7e9 + s, 1.7e9 + s + 0.1, 0.1, data_wait_s=0.01, compute_s=0.05, comm_s=0.03,
+                    comm_exposed_s=0.02, samples=32, loss=0.5) for s in range(steps) for r in range(ranks)]
+    rows = [(f"agent-{record.rank}", 1.7e9, *wire.record_values(record)) for record in records]
+    started = time.thread_time()
+    for _ in range(repeats):
+        encoded = blocks.encode(rows)
+    per_row_us = (time.thread_time() - started) / (repeats * len(rows)) * 1e6
+    assert encoded is not None
+    return [{"benchmark": "ingest", "metric": "recorder: columnar block per step row", "value": per_row_us,
+             "unit": "µs CPU", "note": f"writer thread; {len(rows)} rows per commit; "
+                                       f"{len(encoded[2]) / len(rows):.0f} bytes per row in the block"}]
+
+
 def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool = False) -> list[dict[str, Any]]:
     """One run; rows named after its size."""
     keys = CollectorKeys.generate() if secure else None
@@ -61,7 +81,7 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Quick: 64 ranks x 100 steps/s for 3 s, plain and secure. Full: also 1024 ranks x 100 steps/s for 5 s, plain
     and secure."""
-    rows = measure(64, 100, 3.0) + measure(64, 100, 3.0, secure=True)
+    rows = measure(64, 100, 3.0) + measure(64, 100, 3.0, secure=True) + block_cost()
     if not quick:
         rows += measure(1024, 100, 5.0) + measure(1024, 100, 5.0, secure=True)
     return rows

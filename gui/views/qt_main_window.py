@@ -493,9 +493,11 @@ class QtMainWindow(QtWidgets.QMainWindow):
         return job
 
     def watch_export(self, job: ExportJob) -> None:
-        """When ``job`` has written its files, name them in the status bar with Open / Show in folder."""
+        """When ``job`` has written its files, name them in the status bar with Open / Show in folder; if it
+        failed, say why there (in red) too."""
         self.export_job = job
         job.sig_finished.connect(self.status.export_notice.show_paths)
+        job.sig_failed.connect(self.status.export_notice.show_failure)
 
     def _compare(self) -> None:
         job = compare_sessions(self)

@@ -75,6 +75,7 @@ class ExportJob(QtCore.QObject):
         self._work = work
         self._cancel = threading.Event()
         self.done = False
+        self.failure_box: QtWidgets.QMessageBox | None = None  # shown (non-modal) when it failed
 
     def cancel(self) -> None:
         """Ask the worker to stop at its next progress report."""
@@ -152,9 +153,17 @@ class QtReportExporter(QtCore.QObject):
         job.dialog = dialog  # type: ignore[attr-defined]
 
     def _failed(self, job: ExportJob, text: str) -> None:
+        """Say why in a box that does not block: the window (live charts, other exports) keeps running behind it,
+        and nothing waits for the user to close it."""
         self._forget(job)
-        if self._parent is not None:
-            QtWidgets.QMessageBox.warning(self._parent, "Export failed", text.split("\n\n")[0])
+        if self._parent is None:
+            return
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Warning, "Export failed", text.split("\n\n")[0],
+                                    QtWidgets.QMessageBox.StandardButton.Ok, self._parent)
+        box.setWindowModality(QtCore.Qt.WindowModality.NonModal)
+        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.show()
+        job.failure_box = box
 
     def _forget(self, job: ExportJob) -> None:
         if job in self.jobs:

@@ -123,6 +123,19 @@ class QtExportNotice(QtWidgets.QWidget):
             text = f"{what} {len(files)} files to {self.folder}"
         self.label.setText(text)
         self.label.setToolTip("\n".join(paths))
+        self.label.setStyleSheet("")
+        self.open_button.show()
+        self.folder_button.show()
+        self.show()
+
+    def show_failure(self, text: str, what: str = "Export failed") -> None:
+        """Name the failure (its first line; the whole text in the tooltip) in red, with nothing to open."""
+        self.target = self.folder = None
+        self.label.setText(f"{what}: {text.splitlines()[0] if text else 'unknown error'}")
+        self.label.setToolTip(text)
+        self.label.setStyleSheet("color: #d62728")
+        self.open_button.hide()
+        self.folder_button.hide()
         self.show()
 
     @staticmethod

@@ -1,6 +1,7 @@
 /* Ringscope report: interactive charts (uPlot, embedded above this script) and sortable tables, offline.
  * Charts: an element with data-chart="ID" reads its JSON spec from <script type="application/json" id="ID">.
- *   {kind: "stack"|"line", x: [...], xlabel, ylabel, unit, series: [{label, color, values: [...]}]}
+ *   {kind: "stack"|"line", x: [...], xlabel, ylabel, unit, series: [{label, color, values: [...]}], ymax?}
+ *   ymax fixes the y-scale (charts set side by side for comparison share one).
  *   Hover shows exact values, drag selects an x-range to zoom (double-click resets), a legend click hides a
  *   series (the stack is rebuilt without it). null is "no data": a gap, never 0.
  * Tables: <table class="sortable">; a header click sorts by the cells' data-v (numbers) or text.
@@ -20,6 +21,14 @@
   function xScale(spec) {
     var half = (spec.bucket || 0) / 2;
     return {time: false, range: function (u, min, max) { return [min - half, max + half]; }};
+  }
+
+  // From 0; up to spec.ymax where charts share a scale, else a little above the highest value.
+  function yScale(spec) {
+    return {range: function (u, min, max) {
+      if (spec.ymax) return [0, spec.ymax];
+      return [0, max > 0 ? max * 1.15 : 1];
+    }};
   }
 
   function stacked(el, spec) {
@@ -50,7 +59,7 @@
       }));
     var plot = new uPlot({
       width: widthOf(el), height: spec.height || 300, series: series,
-      scales: {x: xScale(spec)}, axes: [{label: spec.xlabel}, {label: spec.ylabel}],
+      scales: {x: xScale(spec), y: yScale(spec)}, axes: [{label: spec.xlabel}, {label: spec.ylabel}],
       cursor: {drag: {x: true, y: false}},
       hooks: {setSeries: [function (u) { u.setData(stackData(u), false); u.redraw(); }]}
     }, stackData(null), el);
@@ -68,7 +77,7 @@
     var data = [spec.x].concat(spec.series.map(function (s) { return s.values; }));
     return new uPlot({
       width: widthOf(el), height: spec.height || 220, series: series,
-      scales: {x: xScale(spec), y: {range: function (u, min, max) { return [0, max > 0 ? max * 1.15 : 1]; }}},
+      scales: {x: xScale(spec), y: yScale(spec)},
       axes: [{label: spec.xlabel}, {label: spec.ylabel}], cursor: {drag: {x: true, y: false}}
     }, data, el);
   }

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from gui.core.ingest.session import load
 from gui.core.phases import PHASES
-from gui.core.report import build_report, charts
+from gui.core.report import build_report, charts, interactive
 from gui.core.report.html import STYLE, atomic_target, legend_html, write_text_atomically
 from gui.core.report.model import Report, duration_text, straggler_text
 from gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
@@ -151,7 +150,8 @@ def render_compare_html(comparison: Comparison, progress: Progress | None = None
         f"<td>{_num(m.b)}</td><td>{_e(m.direction)}</td><td>{_e(_better(m))}</td></tr>"
         for m in c.metrics)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Ringscope comparison</title>"
-             f"<style>{STYLE}{_FIGURES_CSS}</style></head><body><h1>Ringscope comparison</h1>",
+             f"<style>{STYLE}{_FIGURES_CSS}</style>{interactive.head_assets()}</head><body>"
+             "<h1>Ringscope comparison</h1>",
              f"<p class='sub'>{_e(a_head)} vs {_e(b_head)}</p>", legend_html(),
              f"<section id='sessions'><h2>Sessions</h2><table><tr><th>{_e(a_head)}</th><td>{_e(_identity(c.a))}"
              f"</td></tr><tr><th>{_e(b_head)}</th><td>{_e(_identity(c.b))}</td></tr></table></section>",
@@ -162,16 +162,34 @@ def render_compare_html(comparison: Comparison, progress: Progress | None = None
              f"<section id='stragglers'><h2>Stragglers</h2><p><b>{_e(a_head)}</b> — "
              f"{_e(straggler_text(c.a.analysis))}</p><p><b>{_e(b_head)}</b> — {_e(straggler_text(c.b.analysis))}"
              "</p></section>"]
-    progress(0.2, "drawing the step-time charts")
-    parts.append("<section id='charts-time'><h2>Step time and throughput, A and B on one scale</h2>"
-                 + charts.to_svg(_pair_figure(c, "breakdown")) + charts.to_svg(_pair_figure(c, "throughput"))
-                 + "</section>")
-    progress(0.6, "drawing the per-rank charts")
-    parts.append("<section id='charts-ranks'><h2>Per-rank breakdown, A and B</h2>"
-                 + charts.to_svg(_pair_figure(c, "ranks")) + "</section>")
-    parts.append("</body></html>")
+    progress(0.3, "building the charts")
+    step_top = 1.1 * max(interactive.stack_top_ms(r.analysis) for r in (c.a, c.b))
+    rate_top = 1.15 * max(interactive.throughput_top(r.analysis) for r in (c.a, c.b))
+    parts.append(_pair_section(
+        "charts-time", "Step time, A and B on one scale",
+        "Mean time per step and phase per time bucket; hover for values, drag to zoom (double-click resets), click "
+        "a legend entry to hide a phase.",
+        [(head, interactive.step_breakdown_chart(r.analysis, f"{key}-breakdown", ymax=step_top or None))
+         for key, head, r in (("a", a_head, c.a), ("b", b_head, c.b))]))
+    parts.append(_pair_section(
+        "charts-throughput", "Throughput (all ranks), A and B on one scale", "",
+        [(head, interactive.throughput_chart(r.analysis, f"{key}-throughput", ymax=rate_top or None,
+                                             label=f"{head[:1]}: throughput"))
+         for key, head, r in (("a", a_head, c.a), ("b", b_head, c.b))]))
+    progress(0.7, "building the per-rank tables")
+    parts.append(_pair_section(
+        "ranks", "Per-rank breakdown, A and B", "Steady-state milliseconds per step; click a column to sort.",
+        [(head, interactive.rank_table(r.analysis)) for head, r in ((a_head, c.a), (b_head, c.b))]))
+    parts.append(interactive.body_scripts() + "</body></html>")
     progress(1.0, "comparison ready")
     return "\n".join(parts)
+
+
+def _pair_section(section_id: str, title: str, caption: str, halves: list[tuple[str, str]]) -> str:
+    """A section with A's and B's part side by side, each headed with its label."""
+    cells = "".join(f"<div><h3>{_e(head)}</h3>{body}</div>" for head, body in halves)
+    note = f"<p class='evidence'>{_e(caption)}</p>" if caption else ""
+    return f"<section id='{section_id}'><h2>{_e(title)}</h2>{note}<div class='pair'>{cells}</div></section>"
 
 
 def write_compare_html(comparison: Comparison, path: str | Path, progress: Progress | None = None) -> Path:
@@ -252,7 +270,9 @@ def compare_files(
     return comparison, written
 
 
-_FIGURES_CSS = "#figures td{white-space:nowrap}#figures td:nth-child(3),#figures td:nth-child(4){text-align:right}"
+_FIGURES_CSS = ("#figures td{white-space:nowrap}#figures td:nth-child(3),#figures td:nth-child(4){text-align:right}"
+                ".pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1.2em}"
+                ".pair h3{margin:.3em 0;overflow-wrap:anywhere}")
 
 RUN_COLORS: tuple[str, str] = ("#222222", "#8e44ad")
 """A's and B's line colors (phase colors are taken by the phases)."""
@@ -298,24 +318,6 @@ def _draw_throughputs(c: Comparison) -> Callable[[Axes], None]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, frameon=False, loc="lower right")
     return draw
-
-
-def _pair_figure(c: Comparison, kind: str) -> Figure:
-    """One figure of the comparison for the HTML page: A and B side by side (one y-scale for the step time)."""
-    if kind == "throughput":
-        fig = Figure(figsize=(10, 2.8))
-        _draw_throughputs(c)(fig.add_subplot())
-    else:
-        ranks = max(len(charts.ranks_to_show(r.analysis)[0]) for r in (c.a, c.b))
-        fig = Figure(figsize=(10, 3.4 if kind == "breakdown" else max(2.2, 0.28 * ranks + 1.3)))
-        ax_a = fig.add_subplot(1, 2, 1)
-        ax_b = fig.add_subplot(1, 2, 2, sharey=ax_a if kind == "breakdown" else None,
-                               sharex=ax_a if kind == "breakdown" else None)
-        draw_a, draw_b = _pair_draws(c, kind)
-        draw_a(ax_a)
-        draw_b(ax_b)
-    fig.tight_layout()
-    return fig
 
 
 def _gap_ms(report: Report) -> float:

@@ -52,25 +52,40 @@ def body_scripts() -> str:
             f"<script>{_script_text(_resource('report.js'))}</script>")
 
 
-def step_breakdown_chart(analysis: SessionAnalysis, chart_id: str) -> str:
-    """Stacked columns of mean milliseconds per step and phase per time bucket; hover gives each phase's value."""
+def step_breakdown_chart(analysis: SessionAnalysis, chart_id: str, *, ymax: float | None = None) -> str:
+    """Stacked columns of mean milliseconds per step and phase per time bucket; hover gives each phase's value.
+    ``ymax`` (ms) fixes the y-scale, so that charts set side by side compare by eye."""
     t = analysis.timeline
     spec = {"kind": "stack", "x": (t.start_s + t.bucket_s / 2).tolist(), "bucket": t.bucket_s,
             "empty": np.isnan(t.step_s).tolist(),
             "xlabel": f"time since start (s), {t.bucket_s:g} s buckets", "ylabel": "mean step time (ms)",
             "unit": "ms", "series": [{"label": p.label, "color": p.color, "values": _values(t.phase_s[p.name] * 1e3)}
                                      for p in PHASES]}
-    return _chart(chart_id, spec, analysis.steps_total > 0)
+    return _chart(chart_id, _with_ymax(spec, ymax), analysis.steps_total > 0)
 
 
-def throughput_chart(analysis: SessionAnalysis, chart_id: str) -> str:
-    """Throughput per time bucket as a line; empty buckets are gaps."""
+def throughput_chart(analysis: SessionAnalysis, chart_id: str, *, ymax: float | None = None,
+                     label: str = "Throughput (all ranks)") -> str:
+    """Throughput per time bucket as a line; empty buckets are gaps. ``ymax`` fixes the y-scale."""
     t = analysis.timeline
     spec = {"kind": "line", "x": (t.start_s + t.bucket_s / 2).tolist(), "bucket": t.bucket_s,
             "xlabel": "time since start (s)",
             "ylabel": t.throughput_unit, "unit": t.throughput_unit,
-            "series": [{"label": "Throughput (all ranks)", "color": COMPUTE.color, "values": _values(t.throughput)}]}
-    return _chart(chart_id, spec, bool(np.isfinite(t.throughput).any()))
+            "series": [{"label": label, "color": COMPUTE.color, "values": _values(t.throughput)}]}
+    return _chart(chart_id, _with_ymax(spec, ymax), bool(np.isfinite(t.throughput).any()))
+
+
+def stack_top_ms(analysis: SessionAnalysis) -> float:
+    """The tallest column of ``step_breakdown_chart`` (ms; 0 without data): for a y-scale shared by several."""
+    t = analysis.timeline
+    tops = sum(np.nan_to_num(t.phase_s[p.name]) for p in PHASES) * 1e3
+    return float(np.max(tops)) if np.size(tops) else 0.0
+
+
+def throughput_top(analysis: SessionAnalysis) -> float:
+    """The highest point of ``throughput_chart`` (0 without data)."""
+    values = analysis.timeline.throughput
+    return float(np.nanmax(values)) if np.isfinite(values).any() else 0.0
 
 
 def rank_table(analysis: SessionAnalysis) -> str:
@@ -142,6 +157,12 @@ def _chart(chart_id: str, spec: dict[str, Any], has_data: bool) -> str:
     payload = json.dumps(spec, allow_nan=False, separators=(",", ":"))
     return (f"<div class='chart' data-chart='{chart_id}'>chart needs JavaScript</div>"
             f"<script type='application/json' id='{chart_id}'>{_script_text(payload)}</script>")
+
+
+def _with_ymax(spec: dict[str, Any], ymax: float | None) -> dict[str, Any]:
+    if ymax is not None and math.isfinite(ymax) and ymax > 0:
+        spec["ymax"] = round(float(ymax), 6)
+    return spec
 
 
 def _values(array: np.ndarray) -> list[float | None]:

@@ -223,6 +223,37 @@ def test_export_names_the_file_and_gives_it_normal_permissions(qtbot: QtBot, win
     assert "ddp-a" in page and "tf-b" not in page  # the selected run only
 
 
+def test_a_failed_export_says_why_without_blocking_and_the_window_keeps_working(  # type: ignore[no-untyped-def]
+        qtbot: QtBot, window, two_runs, tmp_path: Path) -> None:
+    win = window(two_runs)
+    win.render_frame()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    failures: list[str] = []
+    job = win.export_selected_run("html", str(blocker / "report.html"))  # under a regular file: ENOTDIR, even as root
+    job.sig_failed.connect(failures.append)
+    qtbot.waitUntil(lambda: bool(failures) or job.done, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: job.failure_box is not None, timeout=WAIT_MS)
+    assert failures and "report.html" in failures[0]
+    box = job.failure_box
+    assert box is not None and box.isVisible() and not box.isModal()  # nothing waits for the user to close it
+    assert "report.html" in box.text()
+    notice = win.status.export_notice
+    assert notice.isVisible() and notice.label.text().startswith("Export failed:")
+    assert not notice.open_button.isVisible()
+    # the window goes on: frames render and the next export works and replaces the failure notice
+    win.render_frame()
+    done: list[object] = []
+    second = win.export_selected_run("html", str(tmp_path / "ok.html"))
+    second.sig_finished.connect(done.append)
+    second.sig_failed.connect(lambda text: done.append(f"failed: {text}"))
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    assert not str(done[0]).startswith("failed"), done
+    assert (tmp_path / "ok.html").exists() and notice.label.text().startswith("Exported")
+    assert notice.open_button.isVisible()
+    box.close()
+
+
 def test_reopen_a_recorded_session_read_only_with_both_runs(qtbot: QtBot, tmp_path: Path) -> None:
     now = time.time()
     path = tmp_path / "two.db"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -46,9 +48,19 @@ def test_compare_html_and_pdf_open(comparison, tmp_path: Path) -> None:  # type:
 
     parser = Sections()
     parser.feed(text)
-    assert parser.ids == ["sessions", "figures", "stragglers", "charts-time", "charts-ranks"]
+    assert parser.ids == ["sessions", "figures", "stragglers", "charts-time", "charts-throughput", "ranks"]
     assert "before.db" in text and "after.db" in text and "rank 1, late by" in text
-    assert "<script" not in text and "src=" not in text
+    # self-contained: the charting library is embedded, nothing is fetched
+    assert "uPlot" in text and "src=" not in text and "<link" not in text
+    # interactive charts, A's and B's on one y-scale, with a tall enough scale for the taller of the two
+    specs = {key: json.loads(re.search(rf"id='{key}'>(.*?)</script>", text, re.S).group(1))  # type: ignore[union-attr]
+             for key in ("a-breakdown", "b-breakdown", "a-throughput", "b-throughput")}
+    assert specs["a-breakdown"]["ymax"] == specs["b-breakdown"]["ymax"]
+    assert specs["a-throughput"]["ymax"] == specs["b-throughput"]["ymax"]
+    tallest = max(sum(v or 0 for v in column) for spec in (specs["a-breakdown"], specs["b-breakdown"])
+                  for column in zip(*(s["values"] for s in spec["series"]), strict=True))
+    assert tallest <= specs["a-breakdown"]["ymax"] <= 1.2 * tallest
+    assert specs["a-throughput"]["series"][0]["label"].startswith("A") and text.count("table class='sortable'") == 2
     pdf_path = write_compare_pdf(comparison, tmp_path / "c.pdf")
     pages = _pdf_pages(pdf_path)
     assert len(pages) == 2
