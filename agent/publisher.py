@@ -91,6 +91,9 @@ class Publisher:
         self.endpoint = endpoint
         self.agent_id = agent_id
         self._hello = hello
+        # called on the sender thread at every wake-up, before sending: integrations turn what the training thread
+        # left them (e.g. a step's raw timestamps) into records there, off the training thread
+        self._producers: list[Callable[[], object]] = []
         self._capacity = queue_capacity
         self._batch_max = batch_max
         self._flush_interval_s = flush_interval_s
@@ -124,6 +127,26 @@ class Publisher:
             return False
         queue.append(record)
         return True
+
+    def add_producer(self, produce: Callable[[], object]) -> None:
+        """Call ``produce()`` on the sender thread at every wake-up (every ``flush_interval_s``), before sending;
+        it may ``put`` records. An exception in it is logged once and that producer is dropped."""
+        self._producers.append(produce)
+
+    def remove_producer(self, produce: Callable[[], object]) -> None:
+        """Stop calling ``produce`` (its owner flushes what is left itself)."""
+        try:
+            self._producers.remove(produce)
+        except ValueError:
+            pass
+
+    def _produce(self) -> None:
+        for produce in list(self._producers):
+            try:
+                produce()
+            except Exception:  # never let an integration's bug stop the sender
+                log.exception("ringscope: a telemetry producer failed; it is dropped")
+                self.remove_producer(produce)
 
     def start(self) -> Publisher:
         """Start the sender thread (idempotent). Returns self."""
@@ -200,6 +223,7 @@ class Publisher:
                         self._count_disconnects(monitor)
                     self._pending_health = self._health()
                     next_health = now + self._health_interval_s
+                self._produce()
                 self._drain(socket)
                 if stopping:
                     self._flush_before_close(socket)

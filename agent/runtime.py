@@ -30,7 +30,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent.devices import DeviceProbe, DeviceSampler
@@ -128,6 +128,19 @@ class Agent:
     def put(self, record: Record) -> None:
         """Queue any schema record (for integrations that build records themselves)."""
         self._put(record)
+
+    def add_producer(self, produce: Callable[[], object]) -> bool:
+        """Have ``produce()`` called on the sender thread every flush interval (it may ``put`` records); False when
+        there is no sender (telemetry disabled): the caller then does its work itself."""
+        if self._publisher is None:
+            return False
+        self._publisher.add_producer(produce)
+        return True
+
+    def remove_producer(self, produce: Callable[[], object]) -> None:
+        """Undo ``add_producer``."""
+        if self._publisher is not None:
+            self._publisher.remove_producer(produce)
 
     def position(self, rank: int | None = None) -> Position:
         """Where ``rank`` (default: this process's first rank) is; the integrations call ``enter`` on it as the

@@ -3,9 +3,12 @@
 Installed (``install``), each falling back to the original on any internal error:
 
 * ``DistributedDataParallel.__init__``: the first DDP model built in the process is attached
-  (``ZeroCodeAttachment``): a ``Probe`` of ``agent.torch_ddp`` and one comm hook registered for good, a small
-  dispatcher that calls the timing hook of the moment (``agent.torch_ddp.hook``: the fused plain all-reduce, or
-  ``timed_hook`` around the user's hook). Later DDP models of the process are left alone.
+  (``ZeroCodeAttachment``): a ``Probe`` of ``agent.torch_ddp`` and, on CPU/gloo, light timing
+  (``hook.GradReadyMarks``: no comm hook, DDP keeps its C++ all-reduce); on CUDA (or ``RINGSCOPE_DDP_TIMING=full``)
+  one comm hook registered for good, a small dispatcher that calls the timing hook of the moment
+  (``agent.torch_ddp.hook``: the fused plain all-reduce, or ``timed_hook`` around the user's hook). When the script
+  registers a hook of its own under light timing, the dispatcher is registered then, timing that hook, and the light
+  marks stop. Later DDP models of the process are left alone.
 * ``DistributedDataParallel.register_comm_hook`` (and ``_register_builtin_comm_hook``): on an attached model the
   user's hook is *wrapped* (the dispatcher switches to ``timed_hook(user_hook)``), never refused; DDP's own checks
   still run and raise what they would raise without Ringscope.
@@ -36,6 +39,7 @@ import functools
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -50,8 +54,14 @@ from agent.heartbeat import COMPUTE, DATA_WAIT
 from agent.inject import guard
 from agent.schema import EventKind
 from agent.torch_ddp import ZERO_CODE_ATTRIBUTE, new_probe
-from agent.torch_ddp.hook import _as_comm_hook, is_plain_allreduce, timed_allreduce_hook, timed_hook
-from agent.torch_ddp.probe import Probe
+from agent.torch_ddp.hook import (
+    _as_comm_hook,
+    is_plain_allreduce,
+    light_timing_wanted,
+    timed_allreduce_hook,
+    timed_hook,
+)
+from agent.torch_ddp.probe import Probe, light_marks
 
 _ORIGINAL_NEXT = dataloader._BaseDataLoaderIter.__next__
 _ACTIVE: ZeroCodeAttachment | None = None  # the attachment marking steps itself (None: none, or handed over)
@@ -107,6 +117,10 @@ class ZeroCodeAttachment:
         self.probe = probe
         self.thread = threading.get_ident()
         self.slot = CommHookSlot(probe, ddp_model.process_group)
+        # DDP's own register_comm_hook (set at attach) and a weak reference to the model: light timing registers
+        # the dispatcher only when the script brings a hook of its own (instrument(comm_hook=...) included)
+        self.original_register: Callable[..., None] | None = None
+        self._model: Callable[[], DistributedDataParallel | None] | None = weakref.ref(ddp_model)
         self._user_hook_set = False
         self._samples: int | None = None
         self._saw_optimizer_step = False
@@ -130,6 +144,10 @@ class ZeroCodeAttachment:
                     "registering it yourself, pass it to instrument(model, loader, comm_hook=hook, comm_state=state)")
             self._user_hook_set = True
             self.slot.use(comm_hook, comm_state)
+            if self._model is not None:
+                model = self._model()
+                if model is not None:
+                    self._leave_light_timing(model)
         if loader is not None:
             self.probe.loader = self.probe.wrap_loader(loader, to_device=to_device)
         return self.probe
@@ -144,11 +162,23 @@ class ZeroCodeAttachment:
         ddp_model._check_comm_hook(hook)  # DDP's own validation, its own errors
         self._user_hook_set = True
         self.slot.use(hook, state)
+        self._leave_light_timing(ddp_model)
         try:
             ddp_model.logger._set_comm_hook_name(getattr(hook, "__qualname__", str(hook)))  # type: ignore[union-attr]
         except Exception:  # a name in DDP's logging data only
             pass
         return None
+
+    def _leave_light_timing(self, ddp_model: DistributedDataParallel) -> None:
+        """A comm hook of the script's arrives while light timing runs: the dispatcher (timing the script's hook)
+        becomes DDP's comm hook now, and the gradient-ready marks stop."""
+        light = self.probe.light
+        if light is None:
+            return
+        light.remove()
+        self.probe.light = None
+        if self.original_register is not None:
+            self.original_register(ddp_model, None, self.slot.hook)
 
     # ---- Step boundaries (training thread) -------------------------------------------------------------------------
 
@@ -215,6 +245,9 @@ class ZeroCodeAttachment:
         if _ACTIVE is self:
             _ACTIVE = None
         self.slot.timed = None
+        if self.probe.light is not None:
+            self.probe.light.remove()
+            self.probe.light = None
         self._remove_forward_hook()
 
 
@@ -311,7 +344,11 @@ def _attach_first(ddp_model: DistributedDataParallel, original_register: Callabl
         guard.fault("attach")
         probe = new_probe(ddp_model)
         attachment = ZeroCodeAttachment(ddp_model, probe)
-        original_register(ddp_model, None, attachment.slot.hook)  # last: nothing to undo if anything above failed
+        attachment.original_register = original_register
+        if light_timing_wanted(probe.clock):  # no comm hook: DDP keeps its C++ all-reduce until the script brings one
+            probe.light = light_marks(ddp_model, probe)
+        else:
+            original_register(ddp_model, None, attachment.slot.hook)  # last: nothing to undo if anything failed
     except Exception as exc:
         _fail("attaching to DistributedDataParallel", exc)
         return

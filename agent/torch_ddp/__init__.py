@@ -21,6 +21,11 @@ or ``with probe.step(samples=n) as s: ...; s.loss = loss``. Options of ``instrum
   division is again the only pass; without it, on a CPU, the extra pass is the main per-step cost on large models
   (~0.2 ms per million parameters measured here; a short kernel on a GPU).
   ``comm_hook_for("fp16"|"bf16"|"powersgd"|"none")`` returns the built-in pairs.
+* ``timing="light"|"full"`` (default: ``RINGSCOPE_DDP_TIMING``, else light on CPU/gloo, full on CUDA): without a
+  comm hook of yours, *light* timing registers no comm hook at all — DDP keeps its built-in C++ all-reduce and the
+  AllReduce stall is measured as backward returned − last gradient ready (``hook.GradReadyMarks``); the total,
+  overlapped communication time and the bucket count are then not reported. *full* installs the per-bucket hook
+  described above, which also times each bucket's completion.
 * ``to_device=device`` moves each batch there inside the timed ``next()`` (its synchronous part is data wait).
 * ``agent=`` an ``agent.Agent`` you started yourself; otherwise one is started from torchrun's environment
   (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``GROUP_RANK``), the process group's backend, and the model's device
@@ -66,6 +71,7 @@ def instrument(
     agent: Agent | None = None,
     endpoint: str | None = None,
     run_id: str | None = None,
+    timing: str | None = None,
 ) -> Probe:
     """Instrument a ``DistributedDataParallel`` model (and its loader) on this rank; returns the ``Probe``.
 
@@ -92,7 +98,7 @@ def instrument(
             "yourself, pass it to instrument(model, loader, comm_hook=hook, comm_state=state) so Ringscope wraps it"
         )
     probe = new_probe(ddp_model, agent=agent, endpoint=endpoint, run_id=run_id)
-    register_timing_hook(ddp_model, probe, comm_hook, comm_state)
+    register_timing_hook(ddp_model, probe, comm_hook, comm_state, timing)
     if loader is not None:
         probe.loader = probe.wrap_loader(loader, to_device=to_device)
     return probe

@@ -23,6 +23,16 @@ needs anyway to turn the collective's list result into a tensor: one Python call
 Profiled on gloo, that Python hook path, not the marks, was most of the instrumented step's extra time over DDP's
 built-in C++ all-reduce.
 
+**Light timing** (``GradReadyMarks``, the default on CPU/gloo when the script brings no comm hook of its own): no
+comm hook at all, so DDP keeps its built-in C++ all-reduce and the per-bucket Python cost is gone. A
+post-accumulate-grad hook on each parameter DDP reduces overwrites one mark, "last gradient ready" (DDP launches the
+last bucket's all-reduce right then); the first of them each step queues the same two-deep final callback, so the
+AllReduce stall is *backward returned − last gradient ready*: the same exposed wait, measured without touching the
+communication. What it cannot see: each bucket's completion, so the total (overlapped) communication time
+``comm_s`` and the bucket count are not reported in this mode (``RINGSCOPE_DDP_TIMING=full`` or
+``instrument(..., timing="full")`` restores the per-bucket hook). CUDA keeps the per-bucket hook: its marks are
+CUDA events, and one per parameter per step would cost more than the hook it replaces.
+
 What it must never do: change gradient values, block, or do I/O.
 """
 
@@ -137,6 +147,54 @@ def timed_allreduce_hook(
         return future.then(on_done)
 
     return _as_comm_hook(ringscope_timed_allreduce_hook, "allreduce_hook")
+
+
+class GradReadyMarks:
+    """Light timing of a DDP model (see the module docstring): post-accumulate-grad hooks that stamp "last gradient
+    ready" into ``current_marks()``. ``on_first`` runs at the step's first gradient (the heartbeat's position).
+
+    Per step: one Python call per reduced parameter (a clock read and a list store) and one queued final callback.
+    """
+
+    def __init__(self, ddp_model: Any, current_marks: Callable[[], StepMarks], clock: HostClock | CudaClock,
+                 on_first: Callable[[], None]) -> None:
+        import torch
+
+        engine = torch.autograd.Variable._execution_engine
+        mark = clock.mark
+        ignored = set(getattr(ddp_model, "parameters_to_ignore", ()) or ())
+        params = [p for name, p in ddp_model.module.named_parameters() if p.requires_grad and name not in ignored]
+        total_bytes = sum(p.numel() * p.element_size() for p in params)
+
+        def ringscope_gradient_ready(_param: Any) -> None:
+            marks = current_marks()
+            issued = marks.issued
+            if issued:
+                issued[0] = mark()
+                return
+            issued.append(mark())
+            marks.light = True
+            marks.bucket_bytes = total_bytes
+            on_first()
+            _mark_backward_end(engine, marks, mark)
+
+        self.bytes_per_step = total_bytes
+        self._handles = [p.register_post_accumulate_grad_hook(ringscope_gradient_ready) for p in params]
+
+    def remove(self) -> None:
+        """Stop marking (a comm hook takes over, or the injection is turned off)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def light_timing_wanted(clock: HostClock | CudaClock, timing: str | None = None) -> bool:
+    """Whether to time with ``GradReadyMarks`` rather than a per-bucket comm hook: ``timing`` ("light" / "full"),
+    else ``RINGSCOPE_DDP_TIMING``, else light on host clocks (CPU/gloo) and full on CUDA."""
+    import os
+
+    choice = (timing or os.environ.get("RINGSCOPE_DDP_TIMING", "")).strip().lower()
+    return choice != "full" and not clock.cuda
 
 
 def is_plain_allreduce(hook: Callable[[Any, Any], Any] | None) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -21,7 +22,13 @@ from typing import Any
 from agent.heartbeat import CHECKPOINT, COLLECTIVE, COMPUTE, DATA_WAIT, IDLE
 from agent.runtime import Agent
 from agent.schema import EventKind, Step
-from agent.torch_ddp.hook import is_plain_allreduce, timed_allreduce_hook, timed_hook
+from agent.torch_ddp.hook import (
+    GradReadyMarks,
+    is_plain_allreduce,
+    light_timing_wanted,
+    timed_allreduce_hook,
+    timed_hook,
+)
 from agent.torch_ddp.identity import RankIdentity
 from agent.torch_ddp.timing import CudaClock, HostClock, StepMarks, phases
 
@@ -83,6 +90,11 @@ class Probe:
         self._marks = self._new_marks(time.time(), None, False)
         self._marks.compute_start = self.clock.mark()
         self._closed = False
+        self.light: GradReadyMarks | None = None  # light timing's hooks, when it times this model
+        # Finished steps are turned into records on the agent's sender thread (every flush interval), not here:
+        # the training thread only stamps and appends. The lock orders that with close(); step_done never takes it.
+        self._report_lock = threading.Lock()
+        self._background = agent.add_producer(self._report_pending)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -107,7 +119,8 @@ class Probe:
         self._marks = self._new_marks(marks.end_wall_s, None, False)
         self._marks.compute_start = marks.step_end
         self.position.enter(IDLE, self.next_step)
-        self._flush(wait=False)
+        if not self._background:
+            self._flush(wait=False)
 
     @contextlib.contextmanager
     def step(self, samples: int | None = None) -> Iterator[StepReport]:
@@ -158,9 +171,17 @@ class Probe:
         if self._closed:
             return
         self._closed = True
-        self._flush(wait=True)
+        self.agent.remove_producer(self._report_pending)
+        with self._report_lock:
+            self._flush(wait=True)
         if self._owns_agent:
             self.agent.close(timeout_s)
+
+    def flush(self) -> None:
+        """Report the finished steps now, on this thread (the agent's sender thread does it every flush interval;
+        ``close`` does it last). Never waits for CUDA events."""
+        with self._report_lock:
+            self._flush(wait=False)
 
     def __enter__(self) -> Probe:
         return self
@@ -201,7 +222,15 @@ class Probe:
             return loss
         if self.clock.cuda and getattr(loss, "is_cuda", False):
             return loss.detach().to("cpu", non_blocking=True)  # lands in host memory when step_end has completed
-        return float(loss.detach())
+        # read on the sender thread with the rest of the step, a flush interval later at most (its graph was freed
+        # by backward; what the reference keeps alive until then is a few small autograd nodes)
+        return loss if self._background else float(loss.detach())
+
+    def _report_pending(self) -> None:
+        """On the agent's sender thread: report the finished steps (those whose CUDA events completed)."""
+        with self._report_lock:
+            if not self._closed:
+                self._flush(wait=False)
 
     def _flush(self, *, wait: bool) -> None:
         clock = self.clock
@@ -217,13 +246,16 @@ class Probe:
     def _report(self, marks: StepMarks) -> None:
         try:
             p = phases(self.clock, marks)
-            loss = marks.loss if marks.loss is None or isinstance(marks.loss, (int, float)) else float(marks.loss)
+            loss = marks.loss
+            if loss is not None and not isinstance(loss, (int, float)):
+                loss = float(loss.detach() if hasattr(loss, "detach") else loss)
         except Exception as exc:  # telemetry must never break training: report it and drop the step
             self.agent.event(EventKind.WARNING, rank=self.rank, step=marks.step, text=f"step not measured: {exc}")
             return
         self.agent.put(Step(
             self.rank, marks.step, marks.end_wall_s - p.step_s, marks.end_wall_s, p.step_s, p.data_wait_s,
-            p.compute_s, p.comm_s, p.comm_exposed_s, marks.samples, loss, len(marks.issued) or None,
+            p.compute_s, p.comm_s, p.comm_exposed_s, marks.samples, loss,
+            None if marks.light else len(marks.issued) or None,
             marks.bucket_bytes or None, marks.first_batch, marks.epoch,
         ))
 
@@ -237,16 +269,30 @@ class StepReport:
 
 
 def register_timing_hook(
-    ddp_model: Any, probe: Probe, comm_hook: Callable[[Any, Any], Any] | None, comm_state: Any
+    ddp_model: Any, probe: Probe, comm_hook: Callable[[Any, Any], Any] | None, comm_state: Any,
+    timing: str | None = None,
 ) -> None:
-    """Register the timing wrapper around ``comm_hook`` (default: plain all-reduce) on ``ddp_model``.
-
-    Plain all-reduce gets the fused ``timed_allreduce_hook`` (same gradients, one Python callback per bucket less).
+    """Time ``ddp_model``'s communication: without a comm hook of the user's, light timing where it applies
+    (``GradReadyMarks``: DDP's built-in all-reduce untouched), else the timing wrapper around ``comm_hook``
+    (plain all-reduce gets the fused ``timed_allreduce_hook``: same gradients, one Python callback per bucket less).
     """
-    if comm_hook is None or is_plain_allreduce(comm_hook):
+    if comm_hook is None and light_timing_wanted(probe.clock, timing):
+        probe.light = light_marks(ddp_model, probe)
+    elif comm_hook is None or is_plain_allreduce(comm_hook):
         ddp_model.register_comm_hook(None, timed_allreduce_hook(comm_state, probe.bucket_marks, probe.clock))
     else:
         ddp_model.register_comm_hook(comm_state, timed_hook(comm_hook, probe.bucket_marks, probe.clock))
+
+
+def light_marks(ddp_model: Any, probe: Probe) -> GradReadyMarks:
+    """``GradReadyMarks`` stamping ``probe``'s step in progress; the rank enters the collective (for the heartbeat)
+    at its step's first gradient."""
+    position = probe.position
+
+    def entered() -> None:
+        position.enter(COLLECTIVE, probe.next_step, 0)
+
+    return GradReadyMarks(ddp_model, probe.current_marks, probe.clock, entered)
 
 
 def _move(batch: Any, device: Any) -> Any:

@@ -97,6 +97,7 @@ class StepMarks:
     previous_end: Any = None
     samples: int | None = None
     loss: Any = None
+    light: bool = False  # stamped by GradReadyMarks: one "last gradient ready" mark, no per-bucket completions
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,13 @@ def capture_steps(ddp: DistributedDataParallel) -> list[dict[str, Any]]:
     return captured
 
 
+def reported(ddp: DistributedDataParallel, captured: list[dict[str, Any]]) -> int:
+    """How many steps the probe has reported, once it reported every finished one (normally the agent's sender
+    thread does that every flush interval)."""
+    getattr(ddp, "_ringscope_zero_code").probe.flush()  # noqa: B009
+    return len(captured)
+
+
 def train(ddp: DistributedDataParallel, batches: Iterable[Any], step: Callable[[], None]) -> None:
     for x, y in batches:
         nn.functional.cross_entropy(ddp(x), y).backward()
@@ -130,6 +137,7 @@ def user_hook() -> dict[str, Any]:
     def broken(state: Any, bucket: Any) -> Any:
         raise RuntimeError("simulated failure inside the timing hook")
 
+    reported(attached, steps)
     getattr(attached, "_ringscope_zero_code").slot.timed = broken  # noqa: B009
     train(attached, loader(2), sgd_step(opt_a))
     train(reference, loader(2), sgd_step(opt_r))
@@ -143,12 +151,12 @@ def boundaries() -> dict[str, Any]:
     attached, _ = ddp_pair()
     steps = capture_steps(attached)
     train(attached, loader(4), manual_update(attached))
-    after_loader = len(steps)
+    after_loader = reported(attached, steps)
     train(attached, list(loader(3)), manual_update(attached))
-    after_list = len(steps)
+    after_list = reported(attached, steps)
     first, second = (torch.optim.SGD(layer.parameters(), lr=0.1) for layer in (attached.module[0], attached.module[2]))
     train(attached, loader(3), sgd_step(first, second))
-    after_optimizers = len(steps)
+    after_optimizers = reported(attached, steps)
     getattr(attached, "_ringscope_zero_code").close()  # noqa: B009 - what runs at exit
     return {"steps": steps, "counts": [after_loader, after_list, after_optimizers, len(steps)]}
 

@@ -77,7 +77,7 @@ def test_steps_end_at_the_next_batch_or_forward_without_an_optimizer_step(scenar
     assert [s["step"] for s in steps] == list(range(10))
     assert [s["samples"] for s in steps] == [4] * 5 + [None] * 2 + [4] * 3  # list batches: no DataLoader
     assert [s["first"] for s in steps] == [True] + [False] * 6 + [True, False, False]
-    assert all(s["buckets"] == 1 for s in steps)
+    assert all(s["buckets"] is None for s in steps)  # light timing (CPU default): DDP's own all-reduce, no count
 
 
 def test_a_failure_at_attach_leaves_the_model_uninstrumented_and_unchanged(scenarios: Any) -> None:
