@@ -38,6 +38,16 @@ class GpuInfo:
     pci_bus_id: str | None
 
 
+ENV_HOST = "RINGSCOPE_HOST"
+
+
+def host_name() -> str:
+    """The name this host reports as: ``RINGSCOPE_HOST`` when set (a multi-node launcher sets it per node, e.g. where
+    containers or network namespaces share one hostname), else the hostname."""
+    chosen = os.environ.get(ENV_HOST, "").strip()
+    return chosen[:255] if chosen else socket.gethostname()
+
+
 class DeviceProbe:
     """Reads the host and its GPUs. Construct once per process; ``sample()`` from one thread at a few Hz.
 
@@ -47,7 +57,7 @@ class DeviceProbe:
     """
 
     def __init__(self, gpu_indices: Sequence[int] | None = None, rank_of_gpu: dict[int, int] | None = None) -> None:
-        self.host = socket.gethostname()
+        self.host = host_name()
         self._process = psutil.Process(os.getpid())
         self._process.cpu_percent(None)  # prime: psutil's first reading is always 0.0
         psutil.cpu_percent(None)

@@ -15,6 +15,7 @@ Environment (a launcher sets these so the agents it starts reach its window):
   never plaintext
 * ``RINGSCOPE_DEVICE_INTERVAL_S`` device sampling period (default 0.5)
 * ``RINGSCOPE_PRICE_PER_GPU_HOUR`` optional price, forwarded to the app for cost figures
+* ``RINGSCOPE_HOST`` the host name to report (default: the hostname); set per node where nodes share one hostname
 
 Every agent sends a heartbeat per rank about once a second from its own thread (``agent.heartbeat``): where the rank
 is (data wait, compute, collective, checkpoint, idle) and, when it has been stuck in one phase for seconds, the Python
@@ -27,13 +28,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.devices import DeviceProbe, DeviceSampler
+from agent.devices import DeviceProbe, DeviceSampler, host_name
 from agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
 from agent.heartbeat import HeartbeatThread, Position
 from agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
@@ -213,7 +213,7 @@ def start(
     if elastic_run_id == "none":  # plain `torchrun` without --rdzv-id sets the literal "none"
         elastic_run_id = None
     run_id = run_id or os.environ.get(ENV_RUN_ID) or elastic_run_id or _default_run_id()
-    host = socket.gethostname()
+    host = host_name()
     pid = os.getpid()
     agent_id = f"{host}:{pid}:{uuid.uuid4().hex[:8]}"
     identity = Hello(
@@ -264,7 +264,7 @@ def start(
 
 
 def _default_run_id() -> str:
-    return f"run-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return f"run-{host_name()}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _env_float(name: str) -> float | None:

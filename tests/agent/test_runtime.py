@@ -21,7 +21,8 @@ def test_importing_agent_loads_no_framework_and_no_qt() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_agent_sends_hello_started_steps_and_finished() -> None:
+def test_agent_sends_hello_started_steps_and_finished(monkeypatch) -> None:
+    monkeypatch.setenv("RINGSCOPE_HOST", " node-b ")  # a launcher's per-node name wins over the shared hostname
     context = zmq.Context()
     pull = context.socket(zmq.PULL)
     pull.setsockopt(zmq.LINGER, 0)
@@ -44,6 +45,7 @@ def test_agent_sends_hello_started_steps_and_finished() -> None:
         context.term()
     hello = next(r for r in records if isinstance(r, Hello))
     assert (hello.run_id, hello.rank, hello.ranks, hello.world_size) == ("r1", 1, [1], 2)
+    assert hello.host == "node-b" and hello.agent_id.startswith("node-b:")
     steps = [r for r in records if isinstance(r, Step)]
     assert [s.step for s in steps] == [0, 1, 2] and steps[0].step_s == 0.5
     assert [r.event for r in records if isinstance(r, Event)] == ["started", "finished"]

@@ -11,6 +11,7 @@ framework. The cheap live heuristic of the dashboard is a different thing and li
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -24,8 +25,16 @@ STRAGGLER_MIN_SHARE_OF_STEPS: Final[float] = 0.6
 """A rank is the straggler of a window only if it has the smallest exposed wait in at least this share of steps."""
 STRAGGLER_MIN_GAP_SHARE: Final[float] = 0.05
 """... and if it is late by at least this share of the median step time (smaller gaps are noise)."""
+STRAGGLER_MIN_WINDOW_SHARE: Final[float] = 0.5
+"""A run's straggler is flagged in at least this share of its windows: a lateness that holds, not a few
+noisy windows."""
+STRAGGLER_MAX_P_VALUE: Final[float] = 1e-3
+"""... and its lateness is significant: over every step all ranks reported, a one-sided sign test of "it waits less
+than the others' median" must reject chance at this level (balanced ranks on a busy machine take turns)."""
 NETWORK_COMPUTE_SPREAD: Final[float] = 0.10
 """Compute of every rank within 10 % of the median: nobody's compute stands out (network-bound diagnosis)."""
+NETWORK_STEP_SPREAD: Final[float] = 0.02
+"""... or within 2 % of the step time."""
 HARDWARE_CLOCK_RATIO: Final[float] = 0.9
 """SM clock below 90 % of the other GPUs' median counts as a hardware cause."""
 
@@ -68,7 +77,8 @@ class Straggler:
 def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.ndarray,
                    window_steps: int = STRAGGLER_WINDOW_STEPS,
                    gpus: Sequence[GpuClockReading] = ()) -> Straggler | None:
-    """The rank with the smallest exposed wait in most steps of a window, late by a real share of the step.
+    """The rank with the smallest exposed wait in most steps of a window, late by a real share of the step, in at
+    least half of the windows, and significantly (``sign_test_p``) over the whole steady run.
 
     The gap is the median exposed wait of the *other* ranks minus this rank's wait: with two ranks the median of all
     would halve the lateness. Returns the rank flagged in most windows, or None.
@@ -93,6 +103,10 @@ def find_straggler(steps: Columns, phases: dict[str, np.ndarray], steady: np.nda
         return None
     rank = max(flagged, key=lambda r: len(flagged[r]))
     found = flagged[rank]
+    if len(found) < math.ceil(STRAGGLER_MIN_WINDOW_SHARE * windows):
+        return None
+    if sign_test_p(wait, int(np.searchsorted(ranks, rank))) > STRAGGLER_MAX_P_VALUE:
+        return None
     gap_s = float(np.median([g for _, g, _ in found]))
     cause, detail = _straggler_cause(steps, phases, steady, rank, gap_s, gpus)
     return Straggler(rank=rank, windows_flagged=len(found), windows_total=windows,
@@ -138,19 +152,45 @@ def judge_window(wait: np.ndarray, step_s: np.ndarray, min_share_of_steps: float
     return None
 
 
-def diagnose_wait(straggler: Straggler | None, comm_exposed_share: float, rank_compute_s: Sequence[float]) -> str:
+def sign_test_p(wait: np.ndarray, row: int) -> float:
+    """One-sided sign test that row ``row`` of a (rank x step) exposed-wait matrix waits less than the median of the
+    other rows, over the steps every row reported: the chance of seeing at least that many such steps if it were a
+    coin toss. 1.0 when there is nothing to test."""
+    complete = ~np.isnan(wait).any(axis=0)
+    if wait.shape[0] < 2 or not complete.any():
+        return 1.0
+    block = wait[:, complete]
+    diff = np.median(np.delete(block, row, axis=0), axis=0) - block[row]
+    wins, n = int((diff > 0).sum()), int((diff != 0).sum())
+    if n == 0:
+        return 1.0
+    if n > 200:  # normal approximation with continuity correction
+        z = (wins - 0.5 - n / 2) / math.sqrt(n / 4)
+        return 0.5 * math.erfc(z / math.sqrt(2))
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2.0 ** n
+
+
+def diagnose_wait(straggler: Straggler | None, comm_exposed_share: float, rank_compute_s: Sequence[float],
+                  links_congested: bool | None = None, step_s: float = 0.0) -> str:
     """What the exposed communication is mostly about: a straggler, the network, or nothing notable.
 
     ``comm_exposed_share`` is the exposed-comm share of the mean steady step; ``rank_compute_s`` holds the mean
-    steady compute seconds of every rank that has steady steps (empty when none has).
+    steady compute seconds of every rank that has steady steps (empty when none has). Compute counts as even when
+    every rank is within 10 % of the median, or within 2 % of the step (``step_s``): a 0.4 ms difference on a 1 ms
+    compute inside a 120 ms all-reduce-bound step stands out from nothing.
+
+    ``links_congested`` (``gui.core.analysis.network``): across hosts, "network" also needs a link that queues;
+    when every host's link is idle the wait is the collective's own cost (latency, CPU contention of the ranks),
+    not the network, and the answer is "none". None (one host, or no link figures) keeps the rule above alone.
     """
     if straggler is not None:
         return "straggler"
     if not rank_compute_s:
         return "none"
     median = float(np.median(rank_compute_s))
-    even = median > 0 and max(abs(c - median) for c in rank_compute_s) <= NETWORK_COMPUTE_SPREAD * median
-    if comm_exposed_share >= 0.2 and even:
+    spread = max(abs(c - median) for c in rank_compute_s)
+    even = median > 0 and spread <= max(NETWORK_COMPUTE_SPREAD * median, NETWORK_STEP_SPREAD * step_s)
+    if comm_exposed_share >= 0.2 and even and links_congested is not False:
         return "network"
     return "none"
 

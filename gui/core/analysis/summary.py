@@ -17,6 +17,7 @@ from typing import Final
 import numpy as np
 
 from agent.schema import EventKind, GpuStatus
+from gui.core.analysis.network import NetworkFindings, network_findings
 from gui.core.analysis.straggler import (
     HARDWARE_CLOCK_RATIO,
     NETWORK_COMPUTE_SPREAD,
@@ -158,6 +159,7 @@ class SessionAnalysis:
     wait_diagnosis: str
     data_quality: DataQuality
     notes: list[str] = field(default_factory=list)
+    network: NetworkFindings | None = None  # per-host link figures (gui.core.analysis.network)
 
     @property
     def duration_s(self) -> float:
@@ -229,6 +231,7 @@ def analyze(session: SessionData, *, warmup_steps: int = WARMUP_STEPS, bucket_s:
     gpus = gpu_stats(session)
     gpu_present, gpu_statement = _gpu_statement(session, gpus)
     straggler = find_straggler(steps, phases, steady, window_steps, gpus)
+    network = network_findings(session, steady)
     return SessionAnalysis(
         run_id=hello.run_id if hello else "",
         framework=hello.framework if hello else "unknown",
@@ -255,8 +258,10 @@ def analyze(session: SessionData, *, warmup_steps: int = WARMUP_STEPS, bucket_s:
         errors=len(_event_times(session, EventKind.ERROR)),
         straggler=straggler,
         wait_diagnosis=diagnose_wait(straggler, overall.shares["comm_exposed"],
-                                     [r.breakdown.seconds["compute"] for r in per_rank if r.breakdown.steps]),
+                                     [r.breakdown.seconds["compute"] for r in per_rank if r.breakdown.steps],
+                                     links_congested=network.congested, step_s=overall.step_s),
         data_quality=_data_quality(session),
+        network=network,
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from agent import wire
 from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello, Record, schema_version_str
-from gui.core.ingest import blocks
+from gui.core.ingest import blocks, transit
 from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
 from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 
@@ -97,6 +97,7 @@ class Recorder:
         self._run_ids_written: set[str] = set()
         # agent_id -> [first_seq, last_seq, messages, records, first_recv_s, last_recv_s]
         self._sequences: dict[str, list[Any]] = {}
+        self._transit = transit.TransitTracker()  # per agent: how long its messages queued on the way
         self._write_errors = 0
         self._last_write_error: str | None = None
         self._last_error_log = -_LOG_EVERY_S
@@ -287,6 +288,7 @@ class Recorder:
             else:
                 tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
         tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
+        tables["transit"] = self._transit.rows(touched)
         records = sum(len(r) for r in rows.values())
         try:
             with _transaction(connection):
@@ -354,6 +356,7 @@ class Recorder:
         counts["messages"] += 1
         counts["records"] += len(batch.records)
         counts["skipped_records"] += batch.skipped
+        self._transit.observe(agent_id, batch.sent_s, recv_s)
         sequence = self._sequences.get(agent_id)
         if sequence is None:
             self._sequences[agent_id] = [batch.seq, batch.seq, 1, len(batch.records), recv_s, recv_s]
@@ -429,6 +432,7 @@ _TABLE_INSERTS: Final[dict[str, str]] = {
     "gaps": "INSERT INTO gaps(agent_id, expected_seq, got_seq, missing, ts_s, kind) VALUES (?, ?, ?, ?, ?, ?)",
     "rejections": "INSERT INTO rejections(reason, detail, ts_s, size_bytes) VALUES (?, ?, ?, ?)",
     "launches": "INSERT INTO launches(run_id, state, exit_code, ts_s, detail) VALUES (?, ?, ?, ?, ?)",
+    "transit": transit.INSERT,
     "sequences": "INSERT OR REPLACE INTO sequences(agent_id, first_seq, last_seq, messages, records, first_recv_s, "
                  "last_recv_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
 }

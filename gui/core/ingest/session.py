@@ -24,7 +24,7 @@ import numpy as np
 
 from agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, EventKind, Hello
 from gui.core.analysis.runs import runs_of
-from gui.core.ingest import blocks
+from gui.core.ingest import blocks, transit
 from gui.core.session_data import Columns, SessionData, columns_from_rows
 
 FORMAT_NAME: Final[str] = "ringscope-session"
@@ -74,6 +74,7 @@ def create_statements() -> list[str]:
         columns = ", ".join(f'"{specs[i].name}" {specs[i].sql_type}' for i in stored_positions(kind))
         statements.append(f'CREATE TABLE IF NOT EXISTS "{kind}" (agent_id TEXT, recv_s REAL, {columns})')
     statements.append(blocks.CREATE)
+    statements.append(transit.CREATE)
     return statements
 
 
@@ -364,6 +365,7 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
                       for agent_id, first, last, messages in connection.execute(
                           "SELECT agent_id, first_seq, last_seq, messages FROM sequences ORDER BY rowid")}
         if "sequences" in tables else {},
+        "transit": transit.load(connection),
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),
         "skipped_records": meta_int("skipped_records"),

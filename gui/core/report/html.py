@@ -25,13 +25,14 @@ from gui.core.report.model import (
     checkpoint_rows,
     cost_rows,
     headline_rows,
+    network_rows,
     quality_rows,
     straggler_text,
     verdict,
 )
 from gui.core.report.progress import Progress
 
-SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "gpu", "cost", "checkpoints",
+SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "network", "gpu", "cost", "checkpoints",
                              "recommendations", "quality")
 """Ids of the page's sections, in order (tests check they are all present)."""
 
@@ -96,6 +97,9 @@ def _run_sections(report: Report, progress: Progress, prefix: str = "") -> list[
                           "the smallest exposed wait.</p>" + interactive.rank_table(a)))
     progress(0.7, "straggler and GPUs")
     parts.append(_section(prefix + "straggler", "Straggler", f"<p>{_e(straggler_text(a))}</p>"))
+    links = network_rows(a) or [("Links", "all ranks on one host: no network between hosts"
+                                 if a.network is not None and len(a.network.hosts) == 1 else "not measured")]
+    parts.append(_section(prefix + "network", "Network (per host)", table(links)))
     parts.append(_section(prefix + "gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>"
                           + interactive.gpu_table(a)))
     progress(0.85, "cost")

@@ -111,13 +111,42 @@ def straggler_text(analysis: SessionAnalysis) -> str:
     if not analysis.overall.steps:
         return NO_DATA
     if s is None:
+        network = analysis.network
         if analysis.wait_diagnosis == "network":
+            if network is not None and network.congested:
+                return ("none: every rank waits at the all-reduce and nobody's compute stands out — the network "
+                        f"(interconnect) is the bottleneck: {network.evidence()}")
             return ("none: every rank waits at the all-reduce and nobody's compute stands out — "
                     "the network (interconnect) is the likely bottleneck")
+        if network is not None and network.congested is False and analysis.overall.shares["comm_exposed"] >= 0.2:
+            return ("none flagged; the all-reduce takes a large share of the step but no link queues "
+                    f"({network.evidence()}): the collective's own latency, or ranks competing for CPU cores")
         return "none flagged"
     return (f"rank {s.rank}, late by {s.gap_s * 1e3:.1f} ms per step ({s.gap_share:.1%} of the step), slowest in "
             f"{s.min_share:.0%} of steps in {s.windows_flagged}/{s.windows_total} windows; cause: "
             f"{s.cause.replace('_', ' ')} — {s.cause_detail}")
+
+
+def network_rows(analysis: SessionAnalysis) -> Rows:
+    """Per host: bytes all-reduced, transfer time, bus bandwidth, how long its telemetry queued (``analysis.network``);
+    empty for a single-host run."""
+    network = analysis.network
+    if network is None or len(network.hosts) < 2:
+        return []
+    rows: Rows = [("Links", network.evidence())]
+    for link in network.hosts:
+        ranks = ", ".join(str(r) for r in link.ranks)
+        parts = [f"{link.bytes_per_step / 1e3:,.1f} kB all-reduced per step per rank"
+                 if link.bytes_per_step is not None else "bytes per step not measured"]
+        if link.transfer_s is not None:
+            parts.append(f"transfer {link.transfer_s * 1e3:.1f} ms per step")
+        if link.bus_bandwidth_bps is not None:
+            parts.append(f"{link.bus_bandwidth_bps * 8 / 1e6:,.2f} Mbit/s bus bandwidth")
+        if link.queue_p50_s is not None and link.queue_p90_s is not None:
+            parts.append(f"telemetry queued {link.queue_p50_s * 1e3:.1f} ms p50 / {link.queue_p90_s * 1e3:.1f} ms p90")
+        slow = " — slow link" if link.host == network.slow_host else ""
+        rows.append((f"{link.host} (ranks {ranks})", "; ".join(parts) + slow))
+    return rows
 
 
 def cost_rows(report: Report) -> Rows:

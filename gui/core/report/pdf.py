@@ -20,6 +20,7 @@ from gui.core.report.model import (
     cost_rows,
     duration_text,
     headline_rows,
+    network_rows,
     quality_rows,
     verdict,
     when_text,
@@ -84,6 +85,9 @@ def _run_pages(book: PageBook, report: Report) -> None:
         book.paragraph(a.gpu_statement)
     book.chart(0.13, lambda ax: charts.draw_cost_split(ax, report.cost), left=0.11, right=0.66)
 
+    if links := network_rows(a):
+        book.heading("Network (per host)")
+        book.table(links)
     for heading, rows in (("Cost", cost_rows(report)), ("Checkpoints and work at risk", checkpoint_rows(report)),
                           ("Recommendations", _recommendation_rows(report)), ("Data quality", quality_rows(report))):
         book.heading(heading)

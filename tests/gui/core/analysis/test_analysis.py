@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
+from gui.core.analysis.straggler import sign_test_p
 from gui.core.analysis.summary import analyze, steady_mask
 from gui.core.session_data import SessionData, columns_from_rows
 
@@ -28,13 +29,15 @@ def make_session(ranks: int = 4, steps: int = 120, *, straggler: int | None = No
                  extra_data_s: float = 0.0, allreduce_s: float = ALLREDUCE_S, throttle: bool = False,
                  gpu: bool = True, mirrored: bool = False, checkpoint_every: int | None = None,
                  restart_at: int | None = None, alternate: bool = False, price: float | None = None,
-                 seed: int = 0, t0: float = 1_700_000_000.0) -> SessionData:
+                 seed: int = 0, t0: float = 1_700_000_000.0, straggler_steps: range | None = None) -> SessionData:
     """A session with known delays. ``alternate`` makes a different rank slow at every step (no straggler)."""
     rng = np.random.default_rng(seed)
     step_rows: list[tuple[object, ...]] = []
     t = t0
     for k in range(steps):
         slow = (k % ranks) if alternate else straggler
+        if straggler_steps is not None and k not in straggler_steps:
+            slow = None
         data = np.full(ranks, DATA_S)
         compute = COMPUTE_S + rng.uniform(-2e-4, 2e-4, ranks)
         if slow is not None:
@@ -133,6 +136,25 @@ def test_rotating_slow_rank_is_not_a_straggler() -> None:
 def test_small_gap_is_not_flagged() -> None:
     a = analyze(make_session(ranks=4, straggler=3, extra_compute_s=0.001))
     assert a.straggler is None
+
+
+def test_a_lateness_in_a_few_windows_only_is_not_a_straggler() -> None:
+    # 7.5 % of the step late, but only in steps 40-79 of 200 (2 of 10 windows): noise-sized, not a straggler ...
+    few = analyze(make_session(ranks=2, steps=200, straggler=1, extra_compute_s=0.006, straggler_steps=range(40, 80)))
+    assert few.straggler is None
+    # ... while the same lateness held over the whole run is one
+    held = analyze(make_session(ranks=2, steps=200, straggler=1, extra_compute_s=0.006))
+    assert held.straggler is not None and held.straggler.rank == 1
+
+
+def test_sign_test_separates_a_consistent_lateness_from_turn_taking() -> None:
+    rng = np.random.default_rng(3)
+    taking_turns = rng.uniform(0.0, 0.002, (2, 300))  # who waits less changes at random
+    late = taking_turns.copy()
+    late[1] -= 0.0004  # rank 1 consistently arrives 0.4 ms later
+    assert sign_test_p(taking_turns, 1) > 0.01
+    assert sign_test_p(late, 1) < 1e-6
+    assert sign_test_p(np.full((2, 5), np.nan), 0) == 1.0
 
 
 def test_everyone_waiting_with_even_compute_is_network() -> None:

@@ -1,0 +1,128 @@
+"""A real 2-host x 2-rank torchrun/gloo DDP training across network namespaces, recorded by a collector on the master
+node's address: ranks grouped by host, nothing lost; with one host's link rate-limited, the report blames the network.
+
+The hosts are ``tests.multinode.hosts.TestHosts`` (root needed: CI runs as root; elsewhere the tests say why they
+cannot run). One training per module condition (balanced, shaped), shared by the tests that read it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gui.core.analysis.summary import analyze
+from gui.core.ingest.collector import Collector
+from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.session import SessionData, load
+from gui.core.report.html import write_html
+from gui.core.report.model import build_report
+from tests.multinode.hosts import TestHosts, missing_requirements
+
+ROOT = Path(__file__).resolve().parents[2]
+RANKS_PER_HOST = 2
+STEPS = 80
+
+_why = missing_requirements()
+if _why and not os.environ.get("CI"):
+    pytest.skip(f"multi-node tests need network namespaces: {_why}", allow_module_level=True)
+
+
+@dataclass
+class Training:
+    data: SessionData
+    outputs: list[str]
+    returncodes: list[int]
+    counters: dict[str, int]
+
+
+def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = None) -> Training:
+    """``torchrun --nnodes 2 --nproc-per-node 2`` on two test hosts (c10d rendezvous on host 0), the collector and
+    recorder in this process on the master address; returns the loaded session."""
+    path = tmp / f"{run_id}.db"
+    with TestHosts(2) as hosts:
+        if shape:
+            hosts.shape(1, shape)
+        recorder = Recorder(path).start()
+        collector = Collector(f"tcp://{hosts.master_address}:0", [recorder]).start()
+        try:
+            rendezvous = f"{hosts.address(0)}:29400"
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0",
+                   "RINGSCOPE_ENDPOINT": collector.endpoint, "RINGSCOPE_RUN_ID": run_id}
+            processes = [
+                hosts.popen(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+                                str(RANKS_PER_HOST), "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous,
+                                "--rdzv-id", run_id, "--max-restarts", "0",
+                                str(ROOT / "trainers" / "ddp_trainer.py"), "--steps", str(STEPS), "--log-every", "0",
+                                *(extra or [])],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for i in range(2)]
+            outputs = [p.communicate(timeout=400)[0] for p in processes]
+            expected = 2 * RANKS_PER_HOST * STEPS
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and (recorder.rows_written < expected
+                                                   or recorder.rows_written != collector.counters.records):
+                time.sleep(0.1)
+            counters = {"gaps": collector.counters.gaps, "records": collector.counters.records}
+        finally:
+            collector.close()
+            recorder.close()
+    return Training(load(path), outputs, [p.returncode for p in processes], counters)
+
+
+@pytest.fixture(scope="module")
+def balanced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Training]:
+    yield train(tmp_path_factory.mktemp("balanced"), None, "mn-balanced")
+
+
+def test_two_hosts_recorded_with_ranks_grouped_by_host_and_nothing_lost(balanced: Training) -> None:
+    assert balanced.returncodes == [0, 0], "\n".join(o[-2000:] for o in balanced.outputs)
+    data = balanced.data
+    assert data.ranks == [0, 1, 2, 3]
+    host_of = {}
+    for hello in data.agents:
+        for rank in hello.ranks:
+            host_of[rank] = hello.host
+    assert sorted(host_of.values()) == ["node-0", "node-0", "node-1", "node-1"]  # each namespace its own name
+    assert host_of[0] == host_of[1] and host_of[2] == host_of[3]  # torchrun places ranks node by node
+    node_of = {h.rank: h.node_rank for h in data.agents}
+    assert {node_of[0], node_of[2]} == {0, 1}
+    for rank in range(4):
+        assert data.steps_of(rank)["step"].astype(int).tolist() == list(range(STEPS))
+    assert data.counters["gaps"] == 0 and data.counters["dropped_by_agents"] == 0
+    assert balanced.counters["gaps"] == 0
+
+
+def test_balanced_run_names_neither_a_straggler_nor_the_network(balanced: Training) -> None:
+    summary = analyze(balanced.data)
+    assert summary.straggler is None, summary.straggler
+    # four ranks on two cores: the all-reduce takes most of the step, but no link queues, so it is not "network"
+    assert summary.network is not None and summary.network.congested is False, summary.network
+    assert summary.wait_diagnosis == "none"
+
+
+def test_a_rate_limited_link_is_diagnosed_as_network_and_names_the_host(tmp_path: Path) -> None:
+    shaped = train(tmp_path, "4mbit", "mn-shaped")
+    assert shaped.returncodes == [0, 0], "\n".join(o[-2000:] for o in shaped.outputs)
+    summary = analyze(shaped.data)
+    network = summary.network
+    assert network is not None
+    assert summary.straggler is None, summary.straggler
+    assert summary.wait_diagnosis == "network", network.evidence()
+    assert network.slow_host == "node-1", network.evidence()  # the host whose link was limited
+    slow = network.host("node-1")
+    assert slow is not None and slow.bytes_per_step is not None and slow.bus_bandwidth_bps is not None
+    # the gradients of the trainer's MLP, all-reduced at what a 4 Mbit/s link allows (about 0.5 MB/s, never more)
+    assert slow.bytes_per_step == pytest.approx(float(np.median(shaped.data.steps["bucket_bytes"])))
+    assert 0.1e6 < slow.bus_bandwidth_bps < 0.5e6, network.evidence()
+    assert "node-1" in network.evidence() and "Mbit/s" in network.evidence()
+    page = write_html(build_report(shaped.data), tmp_path / "shaped.html").read_text()
+    assert "Network (per host)" in page and "slow link" in page
+    assert "the network (interconnect) is the bottleneck" in page
