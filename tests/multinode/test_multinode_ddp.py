@@ -43,9 +43,11 @@ class Training:
     counters: dict[str, int]
 
 
-def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = None) -> Training:
+def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = None,
+          skew_s: float | None = None) -> Training:
     """``torchrun --nnodes 2 --nproc-per-node 2`` on two test hosts (c10d rendezvous on host 0), the collector and
-    recorder in this process on the master address; returns the loaded session."""
+    recorder in this process on the master address; returns the loaded session. ``skew_s`` moves every wall time
+    host 1's agents send that many seconds ahead, as an unsynchronized host's clock would."""
     path = tmp / f"{run_id}.db"
     with TestHosts(2) as hosts:
         if shape:
@@ -54,6 +56,7 @@ def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = N
         collector = Collector(f"tcp://{hosts.master_address}:0", [recorder]).start()
         try:
             rendezvous = f"{hosts.address(0)}:29400"
+            skewed = {"RINGSCOPE_TEST_CLOCK_SKEW_S": str(skew_s)} if skew_s is not None else {}
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0",
                    "RINGSCOPE_ENDPOINT": collector.endpoint, "RINGSCOPE_RUN_ID": run_id}
             processes = [
@@ -62,7 +65,8 @@ def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = N
                                 "--rdzv-id", run_id, "--max-restarts", "0",
                                 str(ROOT / "trainers" / "ddp_trainer.py"), "--steps", str(STEPS), "--log-every", "0",
                                 *(extra or [])],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, env={**env, **(skewed if i == 1 else {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
                 for i in range(2)]
             outputs = [p.communicate(timeout=400)[0] for p in processes]
             expected = 2 * RANKS_PER_HOST * STEPS
@@ -126,3 +130,17 @@ def test_a_rate_limited_link_is_diagnosed_as_network_and_names_the_host(tmp_path
     page = write_html(build_report(shaped.data), tmp_path / "shaped.html").read_text()
     assert "Network (per host)" in page and "slow link" in page
     assert "the network (interconnect) is the bottleneck" in page
+
+
+def test_a_host_whose_clock_is_two_seconds_ahead_is_aligned_to_the_master(tmp_path: Path) -> None:
+    skewed = train(tmp_path, None, "mn-skew", skew_s=2.0)
+    assert skewed.returncodes == [0, 0], "\n".join(o[-2000:] for o in skewed.outputs)
+    data = skewed.data
+    offsets = data.counters["clock_offsets"]
+    host_of = {h.agent_id: h.host for h in data.agents}
+    assert {host_of[a] for a in offsets} == {"node-1"}  # only the skewed host's agents are shifted ...
+    assert all(o == pytest.approx(-2.0, abs=0.02) for o in offsets.values())  # ... by its clock's 2 s
+    # every rank's step ends right after the same all-reduce completes: on one time axis again
+    ends = np.stack([data.steps_of(r)["end_s"] for r in range(4)])
+    spread_ms = np.ptp(ends, axis=0) * 1e3
+    assert np.median(spread_ms) < 5.0, spread_ms

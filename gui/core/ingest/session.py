@@ -111,6 +111,7 @@ def load(path: str | Path, *, columnar: bool = True) -> SessionData:
         except sqlite3.DatabaseError as exc:
             raise _damaged(path, exc) from None
     data.counters["meta"] = meta
+    transit.align_clocks(data, transit.clock_offsets(data.counters.get("transit") or {}))
     return data
 
 

@@ -16,10 +16,16 @@ and first records go out before the training loads its link, so the minimum is f
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
+import math
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Final
+
+import numpy as np
+
+from gui.core.session_data import SessionData
 
 BIN_EDGES_S: Final[tuple[float, ...]] = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
                                          2.0, 5.0)
@@ -65,6 +71,59 @@ class Transit:
                 return low + (high - low) * max(0.0, target - seen) / count
             seen += count
         return BIN_EDGES_S[-1] * 2
+
+
+CLOCK_ALIGN_MIN_S: Final[float] = 0.010
+"""Clocks are aligned only where an agent's smallest transit is at least this far from 0: below it the estimate
+cannot tell a clock offset from the path's own delay (sub-millisecond on a LAN; a message's serialization on a slow
+link), and hosts kept in step by NTP are better left as they are."""
+
+TIME_COLUMNS: Final[dict[str, tuple[str, ...]]] = {"steps": ("start_s", "end_s"), "gpu": ("ts_s",),
+                                                   "host": ("ts_s",), "health": ("ts_s",)}
+
+
+def clock_offsets(transits: dict[str, Transit]) -> dict[str, float]:
+    """Seconds to add to each agent's timestamps to put them on the collector's clock, for agents whose clock is off
+    by at least ``CLOCK_ALIGN_MIN_S``.
+
+    The smallest transit an agent's messages took (collector receipt - agent send time) is its clock's offset plus
+    the path's one-way fixed delay; on a LAN that delay is well under a millisecond, so aligned times agree across
+    hosts to about that. (An NTP-style round trip would also remove the one-way delay, but the agents' PUSH sockets
+    have no reply path; the one-way minimum needs none and costs nothing on the training side.)
+    """
+    return {agent_id: t.min_transit_s for agent_id, t in transits.items()
+            if t.messages and math.isfinite(t.min_transit_s) and abs(t.min_transit_s) >= CLOCK_ALIGN_MIN_S}
+
+
+def align_clocks(data: SessionData, offsets: dict[str, float]) -> None:
+    """Shift the timestamps of ``data`` (steps, device samples, health, events, identities) sent by the agents in
+    ``offsets`` onto the collector's clock, in place; the file keeps what the agents sent."""
+    if not offsets:
+        return
+    for name, fields in TIME_COLUMNS.items():
+        columns = getattr(data, name)
+        agents = columns.get("agent_id")
+        if agents is None or not len(agents):
+            continue
+        shift = np.zeros(len(agents))
+        for agent_id, offset in offsets.items():
+            shift[agents == agent_id] = offset
+        if shift.any():
+            for field_name in fields:  # new arrays: a column may be a read-only view of the file's blocks
+                columns[field_name] = columns[field_name] + shift
+    for index, (event, agent_id) in enumerate(zip(data.events, data.event_agents, strict=False)):
+        if agent_id in offsets:
+            data.events[index] = dataclasses.replace(event, ts_s=event.ts_s + offsets[agent_id])
+    order = sorted(range(len(data.events)), key=lambda i: data.events[i].ts_s)
+    data.events[:] = [data.events[i] for i in order]
+    if len(data.event_agents) == len(order):
+        data.event_agents[:] = [data.event_agents[i] for i in order]
+    for index, hello in enumerate(data.agents):
+        if hello.agent_id in offsets:
+            offset = offsets[hello.agent_id]
+            data.agents[index] = dataclasses.replace(hello, clock_wall_s=hello.clock_wall_s + offset,
+                                                     started_s=hello.started_s + offset)
+    data.counters["clock_offsets"] = dict(offsets)
 
 
 class TransitTracker:

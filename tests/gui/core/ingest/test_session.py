@@ -28,7 +28,7 @@ def _record(path: Path, *, close: bool = True) -> Recorder:
         records: list = [_hello(agent_id, rank)]
         records += [Step(rank, i, 10.0 + i, 10.9 + i, 0.9, comm_exposed_s=None if rank else 0.2) for i in range(50)]
         records += [Event(11.0, "checkpoint_saved", rank=rank), Health(12.0, 0, 100, 4 + rank, 50, 1, 0, 0)]
-        recorder.on_batch(wire.Batch(agent_id, 0, 1.0, (1, 0), records), 20.0)
+        recorder.on_batch(wire.Batch(agent_id, 0, 19.9995, (1, 0), records), 20.0)  # same clock: 0.5 ms on the way
     recorder.on_gap(Gap("a1", 1, 4, 21.0))
     recorder.on_rejection(Rejection("version", "schema 2.0", 22.0, 10))
     if close:

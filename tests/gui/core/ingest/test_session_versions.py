@@ -56,7 +56,7 @@ def test_columns_read_in_bulk_equal_the_careful_path_and_text_in_a_number_column
     recorder = Recorder(path).start()
     steps = [Step(r, k, 1.0 + k, 1.1 + k, 0.1, None if k % 3 else 0.01, 0.05, None, None, 32 if k % 2 else None)
              for k in range(50) for r in range(2)]
-    recorder.on_batch(wire.Batch("a", 0, 1.0, (1, 2), steps), 2.0)
+    recorder.on_batch(wire.Batch("a", 0, 1.9995, (1, 2), steps), 2.0)
     recorder.close()
     con = sqlite3.connect(path)
     careful = session.columns_from_rows("step", [row[2:] for row in session._select(con, "step")])
