@@ -8,6 +8,7 @@
     ringscope info SESSION.db            JSON summary of a session file
     ringscope report SESSION.db ...      HTML / PDF / CSV / trace exports
     ringscope compare A.db B.db ...      side-by-side comparison
+    ringscope sweep --frameworks ... --ranks 1,2 --out DIR   scaling sweep / framework bake-off on one model
     ringscope keys                       access token for a --secure collector
 
 Qt is imported only by the window commands, so the headless ones work on machines without a display or PySide6.
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "compare": "gui.commands.compare",
     "keys": "gui.commands.keys",
     "run": "gui.commands.run",
+    "sweep": "gui.commands.sweep",
 }
 DEFAULT_COMMAND = "window"
 _TOP_LEVEL_ONLY = ("-h", "--help", "--version")

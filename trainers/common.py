@@ -14,11 +14,14 @@ Options (``add_common_arguments`` + ``check_common_arguments``), with the same m
 * ``--data-delay-ms Y`` Y ms of extra work per batch *inside the data set* (each worker pays it for each batch it
   builds), i.e. real loader latency that workers can hide, exactly as a slow decoder would be.
 * ``--slow-rank K --slow-ms X`` rank K does X ms more compute per step (see ``extra_compute``).
+* ``--comm-delay-ms X`` (trainers that call ``add_comm_delay_argument``; the DDP trainer) each gradient all-reduce
+  completes X ms later, on every rank: a slow network as the training sees it (see ``add_comm_delay_argument``).
 * ``--checkpoint-dir``, ``--checkpoint-every-steps``, ``--checkpoint-every-s``, ``--resume``.
 * ``--no-agent`` run without Ringscope telemetry (the overhead benchmark's baseline).
 
 Every bad value is refused by argparse (exit code 2) with the value seen and what to do, before any process group
-or strategy starts. At the end a trainer prints one line ``RINGSCOPE_RESULT {json}`` (``print_result``).
+or strategy starts. At the end a trainer prints one line ``RINGSCOPE_RESULT {json}`` (``print_result``) whose
+``footing`` (``footing``) says what the run trained, so runs of both trainers can be checked to be comparable.
 """
 
 from __future__ import annotations
@@ -73,6 +76,19 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--log-every", type=int, default=20, help="print progress every N steps (0: never)")
 
 
+def add_comm_delay_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--comm-delay-ms X``: every gradient all-reduce of every rank completes X ms later than it would.
+
+    Injected on the communication path (the DDP trainer delays the all-reduce's future in its comm hook), not in
+    compute, so it shows as AllReduce stall, exactly as a slower interconnect would. Only trainers that implement
+    it add it (the scaling sweep's test uses it to make one configuration scale worse). Checked by
+    ``check_common_arguments``.
+    """
+    group = parser.add_argument_group("injected network delay")
+    group.add_argument("--comm-delay-ms", type=float, default=0.0,
+                       help="extra ms before each gradient all-reduce completes, on every rank (default: 0)")
+
+
 def check_common_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, world_size: int) -> None:
     """Refuse bad combinations with ``parser.error`` (exit code 2) before any process group starts.
 
@@ -100,7 +116,9 @@ def check_common_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"--loader-workers must be 0 (load in the training process) or more, got {args.loader_workers}")
     if args.log_every < 0:
         parser.error(f"--log-every must be 0 (never) or more, got {args.log_every}")
-    for name, ms in (("--data-delay-ms", args.data_delay_ms), ("--slow-ms", args.slow_ms)):
+    delays = (("--data-delay-ms", args.data_delay_ms), ("--slow-ms", args.slow_ms),
+              ("--comm-delay-ms", getattr(args, "comm_delay_ms", 0.0)))
+    for name, ms in delays:
         if not (ms >= 0 and math.isfinite(ms)):
             parser.error(f"{name} must be 0 or a positive number of milliseconds, got {ms}")
     if args.slow_rank is not None:
@@ -241,6 +259,26 @@ class CheckpointSchedule:
 def median(values: list[float]) -> float | None:
     """Median of a list, or None when empty."""
     return float(np.median(values)) if values else None
+
+
+OPTIMIZER: Final[str] = "SGD, momentum 0.9"
+"""The optimizer both reference trainers build (with ``--lr``), as ``footing`` names it."""
+
+
+def footing(args: argparse.Namespace, parameters: int) -> dict[str, Any]:
+    """What a run trained, for comparing runs (the ``footing`` of ``RINGSCOPE_RESULT``): data set, model shape and
+    its parameter count as built, per-rank batch, optimizer, learning rate and seed. Two runs with equal footings
+    trained the same model on the same data with the same per-rank batch, whichever trainer ran them."""
+    return {
+        "dataset": args.dataset,
+        "model_width": args.model_width,
+        "model_depth": args.model_depth,
+        "parameters": int(parameters),
+        "batch_size_per_rank": args.batch_size,
+        "optimizer": OPTIMIZER,
+        "lr": args.lr,
+        "seed": args.seed,
+    }
 
 
 def print_result(result: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 Run with ``torchrun --nproc-per-node 2 -m trainers.ddp_trainer [options]`` on CPU (gloo) or GPU (nccl,
 ``--device auto|cpu|cuda``). Shared options are in ``trainers.common``; DDP-only ones: ``--device``,
-``--compression none|fp16|bf16|powersgd`` (wrapped by the timing hook), ``--bucket-mb``, ``--amp`` (GPU only).
+``--compression none|fp16|bf16|powersgd`` (wrapped by the timing hook), ``--bucket-mb``, ``--amp`` (GPU only),
+``--comm-delay-ms X`` (each bucket's all-reduce completes X ms later: ``delayed_comm_hook``).
 
 Every option is checked before the process group starts (argparse error, exit code 2). Rank 0 prints one line
 ``RINGSCOPE_RESULT {json}``: final loss, steps, accuracy (digits), median step time, and per rank the median
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ringscope's reference PyTorch DDP training (an MLP on digits or synthetic data).",
     )
     common.add_common_arguments(parser)
+    common.add_comm_delay_argument(parser)
     ddp = parser.add_argument_group("DDP")
     ddp.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                      help="auto: CUDA when available (nccl), else CPU (gloo)")
@@ -171,8 +173,10 @@ def _train(args: argparse.Namespace, device: torch.device) -> int:
     )
     probe = None
     comm_hook, comm_state = _hook_pair(args.compression)
+    if args.comm_delay_ms > 0:
+        comm_hook = delayed_comm_hook(comm_hook, args.comm_delay_ms)
     if args.no_agent:
-        if args.compression != "none":
+        if args.compression != "none" or args.comm_delay_ms > 0:
             ddp.register_comm_hook(comm_state, comm_hook)
         batches: Any = loader
     else:
@@ -227,6 +231,27 @@ def _hook_pair(compression: str) -> tuple[Any, Any]:
     from agent.torch_ddp import comm_hook_for
 
     return comm_hook_for(compression)
+
+
+def delayed_comm_hook(inner: Any, delay_ms: float) -> Any:
+    """``inner`` (a DDP comm hook) whose all-reduce completes ``delay_ms`` later (``--comm-delay-ms``).
+
+    The delay is a sleep in a callback chained to the collective's future, so the bucket's result arrives late on
+    the communication path (gloo's or NCCL's completion thread), while autograd carries on: DDP's finalizer waits
+    for it as it would for a slow network, and Ringscope, which wraps this hook in ``instrument``, sees it as
+    AllReduce stall. Paid once per bucket (the reference MLP fits in one bucket: once per step).
+    """
+    delay_s = delay_ms / 1000.0
+
+    # No annotations on purpose: DDP checks a hook's "bucket" annotation, and this module's annotations are strings.
+    def delayed_allreduce(state, bucket):
+        def late(future):
+            time.sleep(delay_s)
+            return future.value()
+
+        return inner(state, bucket).then(late)
+
+    return delayed_allreduce
 
 
 def _save(args: argparse.Namespace, ddp: DistributedDataParallel, optimizer: Any, step: int, probe: Any) -> None:
@@ -287,7 +312,9 @@ def _report(args: argparse.Namespace, ddp: DistributedDataParallel, data: common
         "world_size": dist.get_world_size(),
         "device": device.type,
         "compression": args.compression,
+        "comm_delay_ms": args.comm_delay_ms,
         "agent": not args.no_agent,
+        "footing": common.footing(args, sum(p.numel() for p in ddp.module.parameters())),
         "ranks": per_rank,
     })
 

@@ -340,7 +340,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         with strategy.scope():
             model = build_model(args, dataset.num_features, dataset.num_classes)
-            optimizer = keras.optimizers.SGD(learning_rate=args.lr)
+            optimizer = keras.optimizers.SGD(learning_rate=args.lr, momentum=0.9)  # the DDP trainer's (OPTIMIZER)
             optimizer.build(model.trainable_variables)
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
         save_manager, restore_manager = _checkpoint_managers(tf, args, checkpoint, identity)
@@ -377,6 +377,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "steps_run": remaining, "resumed_from": first_step, "fit": args.fit,
             "final_loss": losses[-1] if losses else None,
             "median_step_s": None if args.fit else common.median(step_times),
+            "footing": common.footing(args, model.count_params()),
         })
     except BaseException as exc:
         if telemetry is not None:

@@ -1,7 +1,9 @@
 /* Ringscope report: interactive charts (uPlot, embedded above this script) and sortable tables, offline.
  * Charts: an element with data-chart="ID" reads its JSON spec from <script type="application/json" id="ID">.
  *   {kind: "stack"|"line", x: [...], xlabel, ylabel, unit, series: [{label, color, values: [...]}], ymax?}
- *   ymax fixes the y-scale (charts set side by side for comparison share one).
+ *   ymax fixes the y-scale (charts set side by side for comparison share one). Line charts also take xticks
+ *   (ticks at these x only, e.g. rank counts), xunit / xdigits (how hover shows x; default seconds, 1 digit)
+ *   and per series dash (e.g. [6, 4]) and points (marker size; 0 hides them).
  *   Hover shows exact values, drag selects an x-range to zoom (double-click resets), a legend click hides a
  *   series (the stack is rebuilt without it). null is "no data": a gap, never 0.
  * Tables: <table class="sortable">; a header click sorts by the cells' data-v (numbers) or text.
@@ -16,6 +18,14 @@
   }
 
   function widthOf(el) { return Math.max(320, el.clientWidth || 900); }
+
+  // The y-axis is as wide as its longest tick label (uPlot's fixed 50 px cut "75,000" to "5,000").
+  function yAxis(spec) {
+    return {label: spec.ylabel, size: function (u, values) {
+      var longest = (values || []).reduce(function (n, v) { return Math.max(n, String(v).length); }, 0);
+      return Math.max(50, 24 + 7 * longest);
+    }};
+  }
 
   // x runs over whole buckets (the points are bucket centres), so the first and last columns are not cut in half.
   function xScale(spec) {
@@ -59,7 +69,7 @@
       }));
     var plot = new uPlot({
       width: widthOf(el), height: spec.height || 300, series: series,
-      scales: {x: xScale(spec), y: yScale(spec)}, axes: [{label: spec.xlabel}, {label: spec.ylabel}],
+      scales: {x: xScale(spec), y: yScale(spec)}, axes: [{label: spec.xlabel}, yAxis(spec)],
       cursor: {drag: {x: true, y: false}},
       hooks: {setSeries: [function (u) { u.setData(stackData(u), false); u.redraw(); }]}
     }, stackData(null), el);
@@ -67,18 +77,27 @@
   }
 
   function line(el, spec) {
-    var series = [{label: spec.xlabel, value: function (u, v) { return v === null ? "" : fmt(v, "s", 1); }}]
+    var xunit = spec.xunit === undefined ? "s" : spec.xunit, xdigits = spec.xdigits === undefined ? 1 : spec.xdigits;
+    var series = [{label: spec.xlabel, value: function (u, v) { return v === null ? "" : fmt(v, xunit, xdigits); }}]
       .concat(spec.series.map(function (s) {
-        return {label: s.label, stroke: s.color, width: 2, spanGaps: false, points: {size: 4},
-                value: function (u, v, si, idx) {
-                  return idx === null || idx === undefined ? "--" : fmt(v, spec.unit, 1);
-                }};
+        var one = {label: s.label, stroke: s.color, width: 2, spanGaps: false,
+                   points: s.points === 0 ? {show: false} : {size: s.points || 4},
+                   value: function (u, v, si, idx) {
+                     return idx === null || idx === undefined ? "--" : fmt(v, spec.unit, 1);
+                   }};
+        if (s.dash) one.dash = s.dash;
+        return one;
       }));
+    var xAxis = {label: spec.xlabel};
+    if (spec.xticks) {
+      xAxis.splits = function () { return spec.xticks; };
+      xAxis.values = function (u, splits) { return splits.map(String); };
+    }
     var data = [spec.x].concat(spec.series.map(function (s) { return s.values; }));
     return new uPlot({
       width: widthOf(el), height: spec.height || 220, series: series,
       scales: {x: xScale(spec), y: yScale(spec)},
-      axes: [{label: spec.xlabel}, {label: spec.ylabel}], cursor: {drag: {x: true, y: false}}
+      axes: [xAxis, yAxis(spec)], cursor: {drag: {x: true, y: false}}
     }, data, el);
   }
 

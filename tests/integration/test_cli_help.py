@@ -55,7 +55,10 @@ def test_one_metavar_per_option_and_sessions_are_dot_db() -> None:
                 assert str(action.metavar).endswith(".db"), f"{parser.prog}: positional {action.metavar}"
             for option in action.option_strings:
                 metavars.setdefault(option, set()).add(str(action.metavar))
-    assert {option: names for option, names in metavars.items() if len(names) > 1} == {}
+    # The same option name for a different kind of value, each named for its kind: record writes a session file,
+    # sweep a folder; simulate takes one rank count, sweep a list of them.
+    different_kinds = {"--out": {"SESSION.db", "DIR"}, "--ranks": {"N", "N,N,..."}}
+    assert {option: names for option, names in metavars.items() if len(names) > 1} == different_kinds
     assert metavars["--bind"] == {"ENDPOINT"} and metavars["--record"] == {"SESSION.db"}
     assert metavars["--key-file"] == {"FILE"} and metavars["--html"] == {"FILE"} and metavars["--csv"] == {"DIR"}
     assert metavars["--duration"] == {"SECONDS"} and metavars["--steps"] == {"N"}

@@ -122,6 +122,12 @@ def fp16_runs(receiver_factory: Callable[[], TelemetryReceiver]) -> tuple[Run, R
     return torchrun(args, receiver_factory()), torchrun([*args, "--no-agent"], None)
 
 
+@pytest.fixture(scope="module")
+def comm_delay_run(receiver_factory: Callable[[], TelemetryReceiver]) -> Run:
+    """Every all-reduce completes 60 ms late (--comm-delay-ms), on both ranks: a slow network."""
+    return torchrun(["--steps", "20", "--comm-delay-ms", "60"], receiver_factory())
+
+
 # ---- (a) straggler ------------------------------------------------------------------------------------------------
 
 
@@ -222,6 +228,18 @@ def test_fp16_hook_wrapped_trains_like_the_bare_hook(fp16_runs: tuple[Run, Run])
     assert steps[0].loss is not None and steps[-1].loss is not None and steps[-1].loss < steps[0].loss
 
 
+# ---- (h) injected all-reduce delay -------------------------------------------------------------------------------
+
+
+def test_comm_delay_is_measured_as_allreduce_stall_on_every_rank(comm_delay_run: Run) -> None:
+    for rank in (0, 1):
+        steady = comm_delay_run.steady(rank)[3:]
+        assert _median(steady, "comm_exposed_s") == pytest.approx(0.060, abs=0.015), rank
+        assert _median(steady, "compute_s") < 0.030, rank  # the delay is on the communication path, not compute
+    assert comm_delay_run.result["comm_delay_ms"] == 60
+    assert comm_delay_run.result["footing"]["parameters"] == DIGITS_MLP_PARAMETERS
+
+
 # ---- (d) no collector --------------------------------------------------------------------------------------------
 
 
@@ -241,6 +259,7 @@ def test_no_collector_listening_still_finishes() -> None:
         (["--slow-rank", "3", "--slow-ms", "10"], "--slow-rank 3 does not exist"),
         (["--amp", "--device", "cpu"], "--amp needs a GPU"),
         (["--resume"], "--resume needs --checkpoint-dir"),
+        (["--comm-delay-ms", "-5"], "--comm-delay-ms must be 0 or a positive number of milliseconds, got -5.0"),
     ],
 )
 def test_bad_options_exit_2_with_a_clear_message(args: list[str], message: str) -> None:

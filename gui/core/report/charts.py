@@ -47,7 +47,7 @@ def draw_step_breakdown(ax: Axes, analysis: SessionAnalysis, *, title: str | Non
     if empty.any():
         ax.bar(t.start_s[empty], np.full(empty.sum(), max(bottom.max(), 1.0)), width=t.bucket_s * 0.9,
                align="edge", color=NO_DATA_COLOR, alpha=0.4, label="no data")
-    _style(ax)
+    style_axes(ax)
     if legend:
         side_legend(ax)
 
@@ -74,7 +74,7 @@ def draw_rank_bars(ax: Axes, analysis: SessionAnalysis, *, title: str | None = N
             label.set_color(ALERT_COLOR)
             label.set_fontweight("bold")
     ax.invert_yaxis()
-    _style(ax)
+    style_axes(ax)
     if legend:
         side_legend(ax)
 
@@ -91,7 +91,7 @@ def draw_throughput(ax: Axes, analysis: SessionAnalysis, *, title: str | None = 
         return
     ax.plot(t.start_s + t.bucket_s / 2, t.throughput, color=color, marker=".", label=label)
     ax.set_ylim(bottom=0, top=float(np.nanmax(t.throughput)) * 1.15)
-    _style(ax)
+    style_axes(ax)
 
 
 def draw_gpu_utilization(ax: Axes, analysis: SessionAnalysis) -> None:
@@ -115,7 +115,7 @@ def draw_gpu_utilization(ax: Axes, analysis: SessionAnalysis) -> None:
     ax.set_yticks(y, [f"{g.host}:{g.gpu_index}" + (f" (rank {g.rank})" if g.rank is not None else "") for g in gpus],
                   fontsize=7 if len(gpus) <= 16 else 5.5)
     ax.invert_yaxis()
-    _style(ax)
+    style_axes(ax)
 
 
 def draw_cost_split(ax: Axes, cost: CostBreakdown) -> None:
@@ -131,7 +131,7 @@ def draw_cost_split(ax: Axes, cost: CostBreakdown) -> None:
     ax.set_yticks([])
     ax.set_xlabel(f"cost ({cost.currency}, {cost.price_per_gpu_hour:g} per {cost.unit[:-1]})", fontsize=8)
     ax.set_title("Where the money went", fontsize=9, loc="left")
-    _style(ax)
+    style_axes(ax)
     side_legend(ax)
 
 
@@ -145,7 +145,7 @@ def no_data(ax: Axes, text: str = "no data") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, color="#555", transform=ax.transAxes, wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
-    _style(ax)
+    style_axes(ax)
 
 
 # ---- Public API: output ----------------------------------------------------------------------------------------
@@ -162,7 +162,8 @@ def to_svg(fig: Figure) -> str:
 # ---- Helpers ------------------------------------------------------------------------------------------------------
 
 
-def _style(ax: Axes) -> None:
+def style_axes(ax: Axes) -> None:
+    """The report charts' look: small tick labels, no top and right frame."""
     ax.tick_params(labelsize=7)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

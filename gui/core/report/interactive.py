@@ -103,14 +103,14 @@ def rank_table(analysis: SessionAnalysis) -> str:
         bar = "".join(f"<span style='width:{100 * b.shares[p.name]:.2f}%;background:{p.color}' "
                       f"title='{_e(p.label)}: {100 * b.shares[p.name]:.1f} %'></span>" for p in PHASES)
         idle = 100 * b.idle_share if b.phases_measured else None
-        cells = [_num_cell(r.rank, 0), _num_cell(r.steps_total, 0), _num_cell(b.step_s * 1e3, 2),
-                 *(_num_cell(b.seconds[p.name] * 1e3, 2) for p in PHASES), _num_cell(idle, 1),
-                 _num_cell(r.samples_per_s, 1), f"<td data-v='{idle if idle is not None else -1:.3f}'>"
+        cells = [number_cell(r.rank, 0), number_cell(r.steps_total, 0), number_cell(b.step_s * 1e3, 2),
+                 *(number_cell(b.seconds[p.name] * 1e3, 2) for p in PHASES), number_cell(idle, 1),
+                 number_cell(r.samples_per_s, 1), f"<td data-v='{idle if idle is not None else -1:.3f}'>"
                  f"<div class='bar'>{bar}</div></td>"]
         mark = " class='straggler' title='the straggler'" if r.rank == straggler else ""
         rows.append(f"<tr{mark}>{''.join(cells)}</tr>")
-    return _sortable(heads, rows, f"{len(ranks)} rank(s), steady state; milliseconds are means per step, idle = "
-                                  "data wait + exposed comm + other. Click a column heading to sort.")
+    return sortable_table(heads, rows, f"{len(ranks)} rank(s), steady state; milliseconds are means per step, "
+                                       "idle = data wait + exposed comm + other. Click a column heading to sort.")
 
 
 def gpu_table(analysis: SessionAnalysis) -> str:
@@ -126,12 +126,12 @@ def gpu_table(analysis: SessionAnalysis) -> str:
         bar = (f"<div class='bar'><span style='width:{p50:.1f}%;background:{color}'></span></div>"
                if p50 is not None else "")
         rows.append(f"<tr><td data-v='{_e(g.host)}:{g.gpu_index:04d}'>{_e(g.host)}:{g.gpu_index}"
-                    f"{' (' + _e(g.name) + ')' if g.name else ''}</td>{_num_cell(g.rank, 0)}"
-                    f"<td class='num' data-v='{_sort_key(p50)}'>{_fmt(p50, 0)}{bar}</td>{_num_cell(g.util_p5, 0)}"
-                    f"{_num_cell(g.util_p95, 0)}{_num_cell(g.sm_clock_p50_mhz, 0)}"
-                    f"{_num_cell(None if g.throttled_share is None else 100 * g.throttled_share, 0)}"
-                    f"{_num_cell(g.samples, 0)}</tr>")
-    return _sortable(heads, rows, "NVML utilization: share of time some kernel ran, not SM occupancy.")
+                    f"{' (' + _e(g.name) + ')' if g.name else ''}</td>{number_cell(g.rank, 0)}"
+                    f"<td class='num' data-v='{_sort_key(p50)}'>{_fmt(p50, 0)}{bar}</td>{number_cell(g.util_p5, 0)}"
+                    f"{number_cell(g.util_p95, 0)}{number_cell(g.sm_clock_p50_mhz, 0)}"
+                    f"{number_cell(None if g.throttled_share is None else 100 * g.throttled_share, 0)}"
+                    f"{number_cell(g.samples, 0)}</tr>")
+    return sortable_table(heads, rows, "NVML utilization: share of time some kernel ran, not SM occupancy.")
 
 
 def cost_bar(cost: CostBreakdown) -> str:
@@ -146,6 +146,34 @@ def cost_bar(cost: CostBreakdown) -> str:
                              f"{_money(cost, value)}" for label, value, color in parts)
     return (f"<h3>Where the money went</h3><div class='bar' style='width:100%;height:1.4em'>{spans}</div>"
             f"<p class='evidence'>{legend}</p>")
+
+
+def sortable_table(heads: list[str], rows: list[str], caption: str) -> str:
+    """A table sortable by any column (``report.js``) under a caption; ``rows`` are ``<tr>`` elements."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in heads)
+    return (f"<p class='evidence'>{_e(caption)}</p><div class='scroll'><table class='sortable'><thead><tr>{head}"
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def number_cell(value: float | None, digits: int) -> str:
+    """A right-aligned number cell that sorts by value; "no data" for None or NaN."""
+    return f"<td class='num' data-v='{_sort_key(value)}'>{_fmt(value, digits)}</td>"
+
+
+def xy_chart(chart_id: str, x: list[float], series: list[dict[str, Any]], *, xlabel: str, ylabel: str, unit: str,
+             xunit: str = "", xdigits: int = 0, xticks: list[float] | None = None,
+             ymax: float | None = None, height: int = 280) -> str:
+    """Lines over a numeric x (e.g. throughput against rank count): each series ``{label, color, values}`` with
+    optional ``dash`` (e.g. [6, 4]) and ``points`` (marker size, 0: none); ``xticks`` puts ticks at those x only;
+    hover shows x with ``xunit`` and ``xdigits``; ``height`` in pixels."""
+    spec: dict[str, Any] = {"kind": "line", "x": x, "xlabel": xlabel, "ylabel": ylabel, "unit": unit,
+                            "xunit": xunit, "xdigits": xdigits, "bucket": 0.5, "height": height,
+                            "series": [dict(s, values=_values(np.asarray(s["values"], dtype=np.float64)))
+                                       for s in series]}
+    if xticks:
+        spec["xticks"] = xticks
+    has_data = any(v is not None for s in spec["series"] for v in s["values"])
+    return _chart(chart_id, _with_ymax(spec, ymax), has_data)
 
 
 # ---- Helpers ------------------------------------------------------------------------------------------------------
@@ -168,16 +196,6 @@ def _with_ymax(spec: dict[str, Any], ymax: float | None) -> dict[str, Any]:
 def _values(array: np.ndarray) -> list[float | None]:
     """Numbers for JSON, NaN as null (no data)."""
     return [None if not math.isfinite(v) else round(float(v), 6) for v in np.asarray(array, dtype=np.float64)]
-
-
-def _sortable(heads: list[str], rows: list[str], caption: str) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in heads)
-    return (f"<p class='evidence'>{_e(caption)}</p><div class='scroll'><table class='sortable'><thead><tr>{head}"
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
-
-
-def _num_cell(value: float | None, digits: int) -> str:
-    return f"<td class='num' data-v='{_sort_key(value)}'>{_fmt(value, digits)}</td>"
 
 
 def _sort_key(value: float | None) -> str:

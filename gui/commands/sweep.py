@@ -1,0 +1,204 @@
+"""Scaling sweep and framework bake-off on one model: ringscope sweep --frameworks ddp,tf-mirrored --ranks 1,2 --out DIR
+
+    ringscope sweep --frameworks ddp,tf-mirrored --ranks 1,2 --steps 200 --out sweep/
+    ringscope sweep --frameworks ddp,tf-mirrored,tf-multi-worker --ranks 1,2,4 --model-width 256 --out sweep/
+
+Runs the reference trainer of each framework on each rank count, one after the other, with the same model, data
+and per-rank batch, all recorded into one session file (DIR/sweep.db, one run id per configuration). Then writes
+DIR/sweep.csv (one row per configuration: throughput, scaling efficiency = throughput(N) / (N x throughput(1)),
+phase shares, bytes per step, cost per 1000 samples), DIR/sweep.html and DIR/sweep.pdf (throughput against ranks
+with the ideal linear line, phase shares, cost, and a recommendation with its evidence).
+
+A sweep this machine cannot run (more ranks than cores on a CPU, or than GPUs; no 1-rank baseline; an unknown
+framework; a bad number) is refused before anything starts. Exit code 1 when a configuration failed (the outputs
+then show the others, and say why it has no figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, TypeVar
+
+from gui.commands._args import (
+    EXIT_FAILED,
+    add_price_argument,
+    create_folders,
+    fail,
+    os_error_text,
+    output_folder,
+    positive_int,
+    seconds,
+)
+from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from gui.core.sweep.plan import DATASETS, DEVICES, SweepPlan, parse_comm_delay, parse_frameworks, parse_ranks
+
+if TYPE_CHECKING:
+    from gui.core.sweep.report import SweepReport
+
+SESSION_NAME = "sweep.db"
+OUTPUT_NAMES = ("sweep.csv", "sweep.html", "sweep.pdf")
+DEFAULT_TIMEOUT_S = 900.0
+T = TypeVar("T")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``ringscope sweep``."""
+    parser.add_argument("--frameworks", required=True, type=_checked(parse_frameworks), metavar="LIST",
+                        help="comma-separated: ddp (PyTorch DDP), tf-mirrored (TF MirroredStrategy), "
+                             "tf-multi-worker (TF MultiWorkerMirroredStrategy, one process per rank)")
+    parser.add_argument("--ranks", required=True, type=_checked(parse_ranks), metavar="N,N,...",
+                        help="comma-separated rank counts, 1 included (the baseline of scaling efficiency), e.g. "
+                             "1,2,4")
+    parser.add_argument("--out", required=True, type=output_folder, metavar="DIR",
+                        help=f"folder for {SESSION_NAME}, {', '.join(OUTPUT_NAMES)} (created if missing; must not "
+                             f"hold a {SESSION_NAME} yet)")
+    parser.add_argument("--steps", type=positive_int, default=200, metavar="N",
+                        help="optimizer steps per run (default %(default)d)")
+    parser.add_argument("--model-width", type=positive_int, default=64, metavar="N",
+                        help="hidden units per MLP layer (default %(default)d)")
+    parser.add_argument("--model-depth", type=positive_int, default=2, metavar="N",
+                        help="hidden layers of the MLP (default %(default)d)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
+                        help="samples per rank per step, the same in every configuration (default %(default)d)")
+    parser.add_argument("--dataset", choices=DATASETS, default="digits",
+                        help="digits (scikit-learn, bundled) or synthetic (scales with --model-width; default "
+                             "%(default)s)")
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="where ranks compute: auto = one GPU per rank when there are enough, else the CPU "
+                             "(default %(default)s)")
+    add_price_argument(parser, f"the agents' price, else {DEFAULT_PRICE_PER_GPU_HOUR:g}")
+    parser.add_argument("--timeout-per-run", type=seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="stop a configuration still running after this long (default %(default)g)")
+    # Test hook: slow one configuration's all-reduce (the DDP trainer's --comm-delay-ms).
+    parser.add_argument("--comm-delay-ms-for", type=_checked(parse_comm_delay), action="append", default=[],
+                        metavar="FRAMEWORK:RANKS=MS", help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check, run every configuration, write the outputs; 0 when all ran, 1 when one failed, 2 when refused."""
+    from gui.core.launch.demo import gpu_count
+    from gui.core.sweep.plan import problems, resolve_device
+
+    gpus = gpu_count() if args.device != "cpu" else 0
+    plan = SweepPlan(frameworks=args.frameworks, ranks=args.ranks, steps=args.steps, model_width=args.model_width,
+                     model_depth=args.model_depth, batch_size=args.batch_size, dataset=args.dataset,
+                     device=resolve_device(args.device, gpus, max(args.ranks)),
+                     comm_delays=dict(args.comm_delay_ms_for), python=sys.executable)
+    errors = problems(plan, cpu_count=os.cpu_count(), gpu_count=gpus)
+    if errors:
+        return fail("sweep", "; ".join(errors))
+    out = Path(args.out)
+    if (out / SESSION_NAME).exists():
+        return fail("sweep", f"{out / SESSION_NAME} already exists (a session is never overwritten); give another "
+                             "--out folder")
+    try:
+        create_folders([out])
+    except OSError as exc:
+        return fail("sweep", f"cannot create --out {out}: {os_error_text(exc)}")
+    return _sweep(plan, out, args)
+
+
+def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
+    from gui.core.ingest.collector import Collector, CollectorError
+    from gui.core.ingest.recorder import Recorder
+    from gui.core.ingest.session import load
+    from gui.core.sweep import SweepRunner, build_report, write_csv, write_html, write_pdf
+
+    session_path = out / SESSION_NAME
+    recorder = Recorder(session_path, meta={"command": shlex.join(sys.argv), "sweep": json.dumps(_plan_json(plan))})
+    try:
+        recorder.start()
+        collector = Collector("tcp://127.0.0.1:0", [recorder]).start()
+    except (OSError, ValueError, CollectorError) as exc:
+        recorder.close()
+        return fail("sweep", f"cannot record into {session_path}: {exc}")
+    started = time.monotonic()
+    print(f"ringscope sweep: {len(plan.configurations())} configuration(s) on {plan.device.upper()}, "
+          f"recording into {session_path}", file=sys.stderr, flush=True)
+    runner = SweepRunner(plan, collector.endpoint, records=lambda: collector.counters.records,
+                         timeout_s=args.timeout_per_run, on_progress=_progress,
+                         on_outcome=lambda o: recorder.note_launch(o.run_id, o.state, o.exit_code, o.ended_s,
+                                                                   o.message))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        runner.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        outcomes = runner.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        collector.close()
+        recorder.close()
+    report = build_report(load(session_path), outcomes, plan, session_path=str(session_path),
+                          wall_s=time.monotonic() - started, price_per_gpu_hour=args.price_per_gpu_hour)
+    try:
+        written = [write_csv(report, out / "sweep.csv"), write_html(report, out / "sweep.html"),
+                   write_pdf(report, out / "sweep.pdf")]
+    except OSError as exc:
+        print(f"ringscope sweep: cannot write the outputs into {out}: {os_error_text(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    _summary(report, written)
+    if runner.stopped:
+        print(f"ringscope sweep: interrupted after {len(outcomes)} of {len(plan.configurations())} configuration(s); "
+              "the outputs show what was measured", file=sys.stderr)
+    return 0 if all(o.ok for o in outcomes) and len(outcomes) == len(plan.configurations()) else EXIT_FAILED
+
+
+def _summary(report: SweepReport, written: list[Path]) -> None:
+    """The table of figures and the recommendation on stdout; the files written."""
+    from gui.core.sweep.advice import money
+
+    print(f"{'configuration':<22}{'samples/s':>12}{'efficiency':>12}{'stall':>8}{'compute':>9}{'per 1000':>12}")
+    for row in report.rows:
+        print(f"{row.label:<22}{_fmt(row.samples_per_s, '{:,.0f}'):>12}{_fmt(row.efficiency, '{:.1%}'):>12}"
+              f"{_fmt(row.allreduce_stall_share, '{:.0%}'):>8}{_fmt(row.compute_share, '{:.0%}'):>9}"
+              f"{money(row.cost_per_1000_samples) if row.cost_per_1000_samples is not None else '-':>12}"
+              + ("" if row.status == "ok" else f"  {row.status}"))
+    print(f"footing: {report.footing.text}")
+    print(f"recommendation: {report.advice.headline}")
+    for reason in report.advice.reasons:
+        print(f"why: {reason}")
+    for path in written:
+        print(f"{path.suffix.lstrip('.')}: {path}")
+    print(f"ringscope sweep: done in {report.wall_s:.1f} s", file=sys.stderr)
+
+
+def _progress(line: str) -> None:
+    print(f"ringscope sweep: {line}", file=sys.stderr, flush=True)
+
+
+def _fmt(value: float | None, form: str) -> str:
+    if value is None:
+        return "-"
+    text = form.format(value)
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text  # never "-0%"
+
+
+def _plan_json(plan: SweepPlan) -> dict[str, object]:
+    return {"frameworks": list(plan.frameworks), "ranks": list(plan.ranks), "steps": plan.steps,
+            "model_width": plan.model_width, "model_depth": plan.model_depth, "batch_size": plan.batch_size,
+            "dataset": plan.dataset, "device": plan.device, "comm_delays": plan.comm_delays}
+
+
+def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse ``type=`` from a parser raising ValueError (its message becomes the one-line error)."""
+
+    def check(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    check.__name__ = parse.__name__
+    return check
