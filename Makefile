@@ -30,17 +30,24 @@ lint: setup
 test: lint test-deps
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
-# System packages the tests use: Debian's prometheus (tests/integration/test_metrics_endpoint.py scrapes the
-# metrics endpoint with a real Prometheus server). Installed once, when missing; without root, stop and say how.
+# System packages the tests use, installed once when missing: Debian's prometheus (tests/integration/
+# test_metrics_endpoint.py scrapes the metrics endpoint with a real Prometheus server), iproute2 (the multi-node tests'
+# network namespaces and tc), openssh-server/-client (launching on other hosts over SSH). Without root, stop and say how.
+TEST_PACKAGES := prometheus:prometheus ip:iproute2 tc:iproute2 /usr/sbin/sshd:openssh-server ssh:openssh-client
 test-deps:
-	@command -v prometheus >/dev/null 2>&1 || { \
+	@missing=""; for pair in $(TEST_PACKAGES); do \
+	  tool=$${pair%%:*}; package=$${pair#*:}; \
+	  if ! command -v $$tool >/dev/null 2>&1 && [ ! -x "$$tool" ]; then missing="$$missing $$package"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus \
-	    || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus; }; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing \
+	    || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; }; \
 	  else \
-	    echo "make test: the metrics tests need a Prometheus server: sudo apt-get install -y prometheus" >&2; \
+	    echo "make test: the tests need these Debian packages: sudo apt-get install -y$$missing" >&2; \
 	    exit 1; \
-	  fi; }
+	  fi; \
+	fi
 
 bench: setup
 	$(BIN)/python -m benchmarks
