@@ -21,7 +21,7 @@ import json
 import math
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -124,6 +124,40 @@ def align_clocks(data: SessionData, offsets: dict[str, float]) -> None:
             data.agents[index] = dataclasses.replace(hello, clock_wall_s=hello.clock_wall_s + offset,
                                                      started_s=hello.started_s + offset)
     data.counters["clock_offsets"] = dict(offsets)
+
+
+WALL_FIELDS: Final[tuple[str, ...]] = ("start_s", "end_s", "ts_s", "since_s", "clock_wall_s", "started_s")
+"""The wall-clock fields of the telemetry records (``agent.schema``)."""
+
+
+def shifted(records: list[Any], offset: float) -> list[Any]:
+    """Copies of ``records`` with every wall-clock field moved by ``offset`` seconds (the live view's alignment)."""
+    out = []
+    for record in records:
+        changes = {name: value + offset for name in WALL_FIELDS
+                   if isinstance(value := getattr(record, name, None), float)}
+        out.append(dataclasses.replace(record, **changes) if changes else record)
+    return out
+
+
+class ClockAligner:
+    """Live alignment: per agent the smallest transit so far, and batches moved onto the collector's clock once it
+    says the agent's clock is off by ``CLOCK_ALIGN_MIN_S`` or more (``clock_offsets``' rule, as it stands now).
+    Used on the collector's thread only."""
+
+    def __init__(self) -> None:
+        self._min: dict[str, float] = {}
+
+    def offset(self, agent_id: str) -> float:
+        return self._min.get(agent_id, 0.0) if abs(self._min.get(agent_id, 0.0)) >= CLOCK_ALIGN_MIN_S else 0.0
+
+    def align(self, batch: Any, recv_s: float) -> Any:
+        transit = recv_s - batch.sent_s
+        known = self._min.get(batch.agent_id)
+        if known is None or transit < known:
+            self._min[batch.agent_id] = transit
+        offset = self.offset(batch.agent_id)
+        return dataclasses.replace(batch, records=shifted(batch.records, offset)) if offset else batch
 
 
 class TransitTracker:

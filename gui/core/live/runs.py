@@ -34,6 +34,7 @@ from gui.core.analysis.runs import (
     decide_state,
 )
 from gui.core.ingest.sink import Gap, Rejection
+from gui.core.ingest.transit import ClockAligner
 from gui.core.live.store import LiveStore
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ class LiveRuns:
         self._factory = store_factory or (lambda run_id: LiveStore(lost_timeout_s=self._lost_timeout_s,
                                                                     run_id=run_id))
         self._max_runs = max_runs
+        self._clocks = ClockAligner()  # collector thread only
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}  # insertion order = order of appearance
         self._run_of_agent: dict[str, str] = {}
@@ -127,8 +129,10 @@ class LiveRuns:
     # ---- IngestSink (collector thread) ---------------------------------------------------------------------------
 
     def on_batch(self, batch: Batch, recv_s: float) -> None:
-        """Route one message to its run's store; hold it briefly when its agent's Hello has not arrived yet."""
+        """Route one message to its run's store; hold it briefly when its agent's Hello has not arrived yet.
+        A message from a host whose clock is off is moved onto the collector's clock first (``ClockAligner``)."""
         try:
+            batch = self._clocks.align(batch, recv_s)
             hello = next((r for r in reversed(batch.records) if isinstance(r, Hello)), None)
             with self._lock:
                 queued = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from agent import wire
@@ -27,21 +28,21 @@ def step(rank: int, k: int, end: float, *, comm: float = 0.02, comp: float = 0.0
     return Step(rank, k, end - 0.1, end, 0.1, 0.01, comp, comm + 0.01, comm, 32)
 
 
-def batch(agent_id: str, records: list, seq: int = 0) -> Batch:
-    return wire.decode(wire.encode(agent_id, seq, T0, records))
+def batch(agent_id: str, records: list, seq: int = 0, sent: float = T0) -> Batch:
+    return wire.decode(wire.encode(agent_id, seq, sent, records))
 
 
 def feed(runs: LiveRuns, run_id: str, agents: list[str], steps: int, start: float, *, slow: int | None = None,
          **hello_kwargs: object) -> float:
     """Each agent reports one rank; rank ``slow`` computes longer, so the others wait for it. Returns the end."""
     for r, agent in enumerate(agents):
-        runs.on_batch(batch(agent, [hello(run_id, agent, [r], started=start, **hello_kwargs)]), start)  # type: ignore[arg-type]
+        runs.on_batch(batch(agent, [hello(run_id, agent, [r], started=start, **hello_kwargs)], sent=start), start)  # type: ignore[arg-type]
     end = start
     for k in range(steps):
         end = start + (k + 1) * 0.1
         for r, agent in enumerate(agents):
             comm, comp = (0.001, 0.09) if r == slow else (0.06, 0.03)
-            runs.on_batch(batch(agent, [step(r, k, end, comm=comm, comp=comp)], seq=k + 1), end)
+            runs.on_batch(batch(agent, [step(r, k, end, comm=comm, comp=comp)], seq=k + 1, sent=end), end)
     return end
 
 
@@ -180,3 +181,18 @@ def test_sigkill_of_a_rank_is_lost_not_hung() -> None:
     for k in range(1, 4):  # a1 is dead: only a0 beats, waiting in the collective
         runs.on_batch(batch("a0", [Heartbeat(end + k, 0, "collective", end, 50, 0)], seq=200 + k), end + k)
     assert runs.rows(now_s=end + 3.0)[0].state == LOST
+
+
+def test_a_host_whose_clock_is_two_seconds_ahead_is_shown_on_the_collectors_clock() -> None:
+    runs = LiveRuns()
+    for r, skew in ((0, 0.0), (1, 2.0)):  # agent a1's host clock runs 2 s ahead
+        runs.on_batch(batch(f"a{r}", [hello("run-s", f"a{r}", [r], started=T0 + skew)], sent=T0 + skew - 0.0002),
+                      T0)
+    for k in range(20):
+        end = T0 + (k + 1) * 0.1
+        for r, skew in ((0, 0.0), (1, 2.0)):
+            runs.on_batch(batch(f"a{r}", [step(r, k, end + skew)], seq=k + 1, sent=end + skew - 0.0003), end)
+    data = runs.store("run-s").to_session_data()  # type: ignore[union-attr]
+    ends = {r: data.steps_of(r)["end_s"] for r in (0, 1)}
+    assert np.abs(ends[0] - ends[1]).max() < 0.001
+    assert ends[0][0] == pytest.approx(T0 + 0.1)
