@@ -8,25 +8,19 @@ cannot run). One training per module condition (balanced, shaped), shared by the
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gui.core.analysis.summary import analyze
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import SessionData, load
 from gui.core.report.html import write_html
 from gui.core.report.model import build_report
 from tests.multinode.hosts import TestHosts, missing_requirements
+from tests.multinode.recording import ROOT, Training, record_on_hosts
 
-ROOT = Path(__file__).resolve().parents[2]
 RANKS_PER_HOST = 2
 STEPS = 80
 
@@ -35,50 +29,20 @@ if _why and not os.environ.get("CI"):
     pytest.skip(f"multi-node tests need network namespaces: {_why}", allow_module_level=True)
 
 
-@dataclass
-class Training:
-    data: SessionData
-    outputs: list[str]
-    returncodes: list[int]
-    counters: dict[str, int]
-
-
 def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = None,
           skew_s: float | None = None) -> Training:
-    """``torchrun --nnodes 2 --nproc-per-node 2`` on two test hosts (c10d rendezvous on host 0), the collector and
-    recorder in this process on the master address; returns the loaded session. ``skew_s`` moves every wall time
-    host 1's agents send that many seconds ahead, as an unsynchronized host's clock would."""
-    path = tmp / f"{run_id}.db"
-    with TestHosts(2) as hosts:
-        if shape:
-            hosts.shape(1, shape)
-        recorder = Recorder(path).start()
-        collector = Collector(f"tcp://{hosts.master_address}:0", [recorder]).start()
-        try:
-            rendezvous = f"{hosts.address(0)}:29400"
-            skewed = {"RINGSCOPE_TEST_CLOCK_SKEW_S": str(skew_s)} if skew_s is not None else {}
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0",
-                   "RINGSCOPE_ENDPOINT": collector.endpoint, "RINGSCOPE_RUN_ID": run_id}
-            processes = [
-                hosts.popen(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-                                str(RANKS_PER_HOST), "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous,
-                                "--rdzv-id", run_id, "--max-restarts", "0",
-                                str(ROOT / "trainers" / "ddp_trainer.py"), "--steps", str(STEPS), "--log-every", "0",
-                                *(extra or [])],
-                            cwd=ROOT, env={**env, **(skewed if i == 1 else {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-                for i in range(2)]
-            outputs = [p.communicate(timeout=400)[0] for p in processes]
-            expected = 2 * RANKS_PER_HOST * STEPS
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and (recorder.rows_written < expected
-                                                   or recorder.rows_written != collector.counters.records):
-                time.sleep(0.1)
-            counters = {"gaps": collector.counters.gaps, "records": collector.counters.records}
-        finally:
-            collector.close()
-            recorder.close()
-    return Training(load(path), outputs, [p.returncode for p in processes], counters)
+    """``torchrun --nnodes 2 --nproc-per-node 2`` on two test hosts (c10d rendezvous on host 0), recorded on the
+    master address; returns the loaded session. ``skew_s`` moves every wall time host 1's agents send that many
+    seconds ahead, as an unsynchronized host's clock would."""
+    def torchrun(hosts: TestHosts, _host: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+                str(RANKS_PER_HOST), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.address(0)}:29400",
+                "--rdzv-id", run_id, "--max-restarts", "0", str(ROOT / "trainers" / "ddp_trainer.py"),
+                "--steps", str(STEPS), "--log-every", "0", *(extra or [])]
+
+    skewed = {1: {"RINGSCOPE_TEST_CLOCK_SKEW_S": str(skew_s)}} if skew_s is not None else None
+    return record_on_hosts(tmp / f"{run_id}.db", run_id, torchrun, expected_steps=2 * RANKS_PER_HOST * STEPS,
+                           shape=shape, host_env=skewed)
 
 
 @pytest.fixture(scope="module")
