@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from agent.schema import field_doc
 from gui.core.live.store import STATE_LOST, Snapshot
@@ -18,6 +18,8 @@ from gui.views.qt_plot_tools import HoverReadout, column_percentiles, set_range
 from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MAX_LINES = 32
+MAX_HOST_BANDS = 64  # more hosts than this: no host lines (they would be closer than a few pixels)
+MAX_HOST_LABELS = 12  # up to this many hosts, their names label the rank axis
 TOP_N = 8
 RECENT_BUCKETS = 10
 
@@ -120,6 +122,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         # Per-bucket results of the last heatmap, by the bucket's stamp (it changes whenever the column does): a
         # frame recomputes only the columns that changed (~1 of 300), not 300 k cells.
         self._cols = _HeatColumns()
+        self._host_key: tuple[object, ...] = ()  # the host bands drawn (row starts, names); () = none
+        self._host_items: list[pg.GraphicsObject] = []
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -216,6 +220,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.image.setRect(rect)
         self.no_data.setRect(rect)
         set_range(self.heat_plot, y=(0, n))  # x: the window's TimeRange (linked charts)
+        self._draw_host_bands(snap)
         pixels = self.heat_plot.getPlotItem().vb.height()
         self.sampling_note.setText(f"{n} ranks on {pixels:.0f} px: rows are sampled when drawn — hover for exact "
                                    "values; the lists and bands use every rank" if n > pixels > 0 else "")
@@ -226,6 +231,44 @@ class QtRankTimeline(QtWidgets.QWidget):
         if texts != [self.top.item(i).text() for i in range(self.top.count())]:
             self.top.clear()
             self.top.addItems(texts)
+
+    def _draw_host_bands(self, snap: Snapshot) -> None:
+        """A dashed line between the rows of consecutive hosts and, up to ``MAX_HOST_LABELS`` hosts, the hosts'
+        names on the rank axis (ranks are rows in rank order, which torchrun and TF_CONFIG fill host by host)."""
+        hosts = np.asarray(snap.hosts, dtype=str)
+        starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]]) if hosts.size else np.zeros(0, np.int64)
+        key = (tuple(starts.tolist()), tuple(hosts[starts].tolist())) if 1 < starts.size <= MAX_HOST_BANDS else ()
+        if key == self._host_key:
+            return
+        self._host_key = key
+        for item in self._host_items:
+            self.heat_plot.removeItem(item)
+        self._host_items = []
+        axis = self.heat_plot.getPlotItem().getAxis("left")
+        bands_axis = self.bands_plot.getPlotItem().getAxis("left")
+        if not key or starts.size > MAX_HOST_LABELS:
+            axis.setTicks(None)
+            self.heat_plot.setLabel("left", "rank")
+            for each in (axis, bands_axis):
+                each.setWidth(None)  # automatic again
+        if not key:
+            return
+        pen = pg.mkPen(theme.color(theme.current().text), width=1, style=QtCore.Qt.PenStyle.DashLine)
+        for start in starts[1:]:
+            line = pg.InfiniteLine(pos=float(start), angle=0, pen=pen, movable=False)
+            self.heat_plot.addItem(line)
+            self._host_items.append(line)
+        if starts.size <= MAX_HOST_LABELS:
+            ends = np.r_[starts[1:], hosts.size]
+            axis.setTicks([[((a + b) / 2, str(hosts[a])) for a, b in zip(starts, ends, strict=True)]])
+            self.heat_plot.setLabel("left", "host")
+            # the names widen the axis: the bands chart below gets the same width, so both time axes line up
+            width = QtGui.QFontMetrics(axis.style.get("tickFont") or self.font()).horizontalAdvance(
+                max(hosts[starts].tolist(), key=len)) + 40
+            for each in (axis, bands_axis):
+                each.setWidth(width)
+        else:
+            self.heat_plot.setLabel("left", "rank (dashes: hosts)")
 
     def _describe_line(self, x: float, y: float) -> str | None:
         col = self._column(x)
@@ -249,7 +292,9 @@ class QtRankTimeline(QtWidgets.QWidget):
         value = 100.0 * float(self._shares[row, col])
         shown = "no data" if not np.isfinite(value) else f"{value:.1f} % of step"
         state = self._snap.state[row]
-        return (f"rank {int(self._snap.ranks[row])} ({state})\nat {clock_text(self._x[col])} since run start "
+        host = self._snap.hosts[row] if row < len(self._snap.hosts) else ""
+        return (f"rank {int(self._snap.ranks[row])} ({state}){' on ' + host if host else ''}\n"
+                f"at {clock_text(self._x[col])} since run start "
                 f"({self._snap.bucket_s:g} s bucket)\n"
                 f"{METRICS[self.metric][0].split(' per')[0]}: {shown}")
 

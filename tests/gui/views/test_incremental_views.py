@@ -57,6 +57,28 @@ def test_heatmap_updated_column_by_column_equals_a_full_redraw(qtbot, metric: st
     assert f"{100.0 * float(shares[row, col]):.1f} % of step" in view._cell_text(row, col)
 
 
+def test_heatmap_marks_host_bands_and_names_hosts_on_its_rank_axis(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from agent.schema import Hello
+
+    view = QtRankTimeline("comm_exposed")
+    qtbot.addWidget(view)
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    for host in range(4):  # 4 hosts x 10 ranks, one agent per host
+        ranks = list(range(10 * host, 10 * host + 10))
+        hello = Hello("r", f"a{host}", f"node-{host}", 1, ranks[0], 0, 40, host, ranks, "pytorch", "ddp", "gloo", [],
+                      "0.1.0", "1.0", T0, 0.0, T0)
+        store.on_batch(wire.decode(wire.encode(f"a{host}", 0, T0, [hello])), T0)
+    rng = np.random.default_rng(1)
+    _steps(store, list(range(40)), T0 + 1.0, 1, rng)
+    view.render(store.snapshot(now_s=T0 + 1.1))
+    assert view.heatmap_mode
+    lines = sorted(item.value() for item in view._host_items)
+    assert lines == [10.0, 20.0, 30.0]  # a dashed line where each next host's rows start
+    ticks = view.heat_plot.getPlotItem().getAxis("left")._tickLevels
+    assert ticks == [[(5.0, "node-0"), (15.0, "node-1"), (25.0, "node-2"), (35.0, "node-3")]]
+    assert "on node-2" in view._cell_text(25, 0)
+
+
 def _bin_reference(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.ndarray:
     out = np.full((len(series), WINDOW_S), np.nan)
     for g, (ts, values) in enumerate(series):
