@@ -10,8 +10,10 @@ phase shares, bytes per step, cost per 1000 samples), DIR/sweep.html and DIR/swe
 with the ideal linear line, phase shares, cost, and a recommendation with its evidence).
 
 A sweep this machine cannot run (more ranks than cores on a CPU, or than GPUs; no 1-rank baseline; an unknown
-framework; a bad number) is refused before anything starts. Exit code 1 when a configuration failed (the outputs
-then show the others, and say why it has no figures).
+framework; a bad number) is refused before anything starts. On stderr, each configuration's start and end is also
+one machine-readable line, e.g. "SWEEP config 3 of 6: ddp:2 started": the window's File > Sweep... dialog runs
+this command and follows it by them. Exit code 1 when a configuration failed (the outputs then show the others, and
+say why it has no figures).
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
     from gui.core.ingest.collector import Collector, CollectorError
     from gui.core.ingest.recorder import Recorder
     from gui.core.ingest.session import load
-    from gui.core.sweep import SweepRunner, build_report, write_csv, write_html, write_pdf
+    from gui.core.sweep import RunOutcome, SweepRunner, build_report, write_csv, write_html, write_pdf
+    from gui.core.sweep.progress import ProgressLines
 
     session_path = out / SESSION_NAME
     recorder = Recorder(session_path, meta={"command": shlex.join(sys.argv), "sweep": json.dumps(_plan_json(plan))})
@@ -124,10 +127,18 @@ def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
     started = time.monotonic()
     print(f"ringscope sweep: {len(plan.configurations())} configuration(s) on {plan.device.upper()}, "
           f"recording into {session_path}", file=sys.stderr, flush=True)
+    lines = ProgressLines(plan.configurations(), _machine_progress)  # "SWEEP config 3 of 6: ddp:2 started"
+
+    def on_progress(line: str) -> None:
+        lines.on_progress(line)
+        _progress(line)
+
+    def on_outcome(outcome: RunOutcome) -> None:
+        recorder.note_launch(outcome.run_id, outcome.state, outcome.exit_code, outcome.ended_s, outcome.message)
+        lines.on_outcome(outcome)
+
     runner = SweepRunner(plan, collector.endpoint, records=lambda: collector.counters.records,
-                         timeout_s=args.timeout_per_run, on_progress=_progress,
-                         on_outcome=lambda o: recorder.note_launch(o.run_id, o.state, o.exit_code, o.ended_s,
-                                                                   o.message))
+                         timeout_s=args.timeout_per_run, on_progress=on_progress, on_outcome=on_outcome)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         runner.stop()
@@ -176,6 +187,11 @@ def _summary(report: SweepReport, written: list[Path]) -> None:
 
 def _progress(line: str) -> None:
     print(f"ringscope sweep: {line}", file=sys.stderr, flush=True)
+
+
+def _machine_progress(line: str) -> None:
+    """A progress line for the window (``gui.core.sweep.progress``): alone on its line, no prefix."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _fmt(value: float | None, form: str) -> str:

@@ -43,6 +43,7 @@ from gui.views.qt_run_selection import RunSelection
 from gui.views.qt_runs_table import QtRunsTable, RunsTableModel
 from gui.views.qt_status_bar import QtStatusBar
 from gui.views.qt_step_breakdown import QtStepBreakdown
+from gui.views.qt_sweep import QtSweepDialog
 from gui.views.qt_time_range import QtHistoryBar, TimeRange, run_end
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         self.compare_dialog: QtRunCompare | None = None
         self.compare_job: BackgroundJob | None = None
         self.export_job: ExportJob | None = None
+        self.sweep_dialog: QtSweepDialog | None = None
         self.resize(1600, 1000)
         self.overview = QtOverview(cost_panel)
         self.gpu_panel = QtGpuPanel()
@@ -387,6 +389,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
             "read-only: a recorded session" if self.read_only is not None else "no launcher in this window")
         self.action_launch = self._action(file_menu, "&Launch…", "Ctrl+L", self._launch, no_launcher)
         self.action_stop = self._action(file_menu, "&Stop training", "Ctrl+.", self._stop, no_launcher)
+        # a sweep records into a session of its own (DIR/sweep.db): no launcher needed, a read-only window runs it
+        self.action_sweep = self._action(file_menu, "S&weep…", "Ctrl+Shift+W", self.open_sweep_dialog, "")
         file_menu.addSeparator()
         self.action_open = self._action(file_menu, "&Open session…", "Ctrl+O", self._open_session, "")
         self.action_export = self._action(file_menu, "&Export report of the selected run…", "Ctrl+E", self._export,
@@ -470,6 +474,18 @@ class QtMainWindow(QtWidgets.QMainWindow):
         except Exception as exc:  # LaunchError carries .errors; anything else still must not kill the window
             errors = getattr(exc, "errors", None) or [str(exc)]
             QtWidgets.QMessageBox.warning(self, "Launch refused", "\n".join(f"• {e}" for e in errors))
+
+    def open_sweep_dialog(self) -> QtSweepDialog:
+        """Show the sweep dialog (one per window, kept while its sweep runs); its progress goes to the status bar
+        too, and its session opens in a read-only window like File > Open session…"""
+        if self.sweep_dialog is None:
+            self.sweep_dialog = QtSweepDialog(self)
+            self.sweep_dialog.sig_progressed.connect(lambda text: self.status.showMessage(f"Sweep: {text}", 30_000))
+            self.sweep_dialog.sig_open_session_requested.connect(self.sig_open_requested.emit)
+        self.sweep_dialog.show()
+        self.sweep_dialog.raise_()
+        self.sweep_dialog.activateWindow()
+        return self.sweep_dialog
 
     def _stop(self) -> None:
         if self.launcher is not None:

@@ -1,0 +1,370 @@
+"""``QtSweepDialog``: run a scaling sweep / framework bake-off (``ringscope sweep``) from the window.
+
+The form is checked on every change by the CLI's own checks (``gui.core.sweep.progress.request_errors``); the
+messages are shown inline and Run stays disabled while there are any. Run starts ``python -m gui.cli sweep ...``
+as a child process (``ManagedProcess``: own process group, output read by a thread); a timer on the GUI thread
+advances it and reads its progress lines ("config 3 of 6: ddp, 2 ranks"). Cancel sends SIGINT (the sweep stops
+its trainers and writes what it measured), then SIGKILL to everything left after a grace period. At the end the
+report (DIR/sweep.html) is opened and the session (DIR/sweep.db) is offered for opening in a window.
+
+The dialog does not close while its sweep runs: closing it cancels the sweep first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from gui.core.launch.demo import gpu_count as detect_gpus
+from gui.core.launch.plan import ProcessPlan
+from gui.core.launch.process import ManagedProcess
+from gui.core.sweep.plan import DATASETS, DEVICES, FRAMEWORK_TITLES, FRAMEWORKS
+from gui.core.sweep.progress import (
+    SweepProgress,
+    SweepRequest,
+    default_out_folder,
+    parse_progress,
+    request_errors,
+    sweep_argv,
+    sweep_env,
+)
+from gui.views import theme
+
+POLL_MS = 100
+STOP_GRACE_S = 30.0  # after Cancel the sweep still writes its reports (PDF included) before it exits
+OUTPUT_LINES = 2000
+LOG_LINES = 500
+QUIT_WAIT_S = 10.0
+
+
+class QtSweepDialog(QtWidgets.QDialog):
+    """The sweep form, and the sweep it starts.
+
+    Args:
+        initial: the form's first values (default: DDP on 1 and 2 ranks into a new folder).
+        cpu_count / gpu_count: what the checks compare the rank counts with (default: this machine's).
+        open_url: opens the report at the end (default ``QDesktopServices.openUrl``).
+    """
+
+    sig_progressed = QtCore.Signal(str)
+    """The sweep moved on (argument: what it does now, e.g. "config 3 of 6: ddp, 2 ranks")."""
+
+    sig_finished = QtCore.Signal(int)
+    """The sweep's process ended (argument: its exit code; -1 when it was killed or never started)."""
+
+    sig_open_session_requested = QtCore.Signal(str)
+    """The user asked to open the sweep's session file in a window (argument: its path)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None, *, initial: SweepRequest | None = None,
+                 cpu_count: int | None = None, gpu_count: int | None = None,
+                 open_url: Callable[[QtCore.QUrl], object] = QtGui.QDesktopServices.openUrl) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Scaling sweep")
+        self.cpu_count = cpu_count if cpu_count is not None else os.cpu_count()
+        self.gpu_count = gpu_count if gpu_count is not None else detect_gpus()
+        self._open_url = open_url
+        self.process: ManagedProcess | None = None
+        self.running_request: SweepRequest | None = None
+        self.progress: list[SweepProgress] = []  # every progress line of the sweep running (or last run)
+        self.cancelled = False
+        self._seen_lines = 0
+        self._close_when_done = False
+        self._build()
+        self.load(initial or SweepRequest(frameworks=("ddp",), ranks="1,2", out=default_out_folder()))
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+        app = QtWidgets.QApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.stop_now)
+
+    # ---- Public API ----------------------------------------------------------------------------------------------
+
+    def request(self) -> SweepRequest:
+        """The sweep the form describes."""
+        return SweepRequest(
+            frameworks=tuple(name for name, box in self.framework_boxes.items() if box.isChecked()),
+            ranks=self.ranks_edit.text().strip(), out=self.out_edit.text().strip(), steps=self.steps_spin.value(),
+            model_width=self.width_spin.value(), batch_size=self.batch_spin.value(),
+            dataset=self.dataset_combo.currentText(), device=self.device_combo.currentText())
+
+    def errors(self) -> list[str]:
+        """Every reason the form's sweep cannot start (the CLI's checks)."""
+        return request_errors(self.request(), cpu_count=self.cpu_count, gpu_count=self.gpu_count)
+
+    def load(self, request: SweepRequest) -> None:
+        """Fill the form from ``request``."""
+        for name, box in self.framework_boxes.items():
+            box.setChecked(name in request.frameworks)
+        self.ranks_edit.setText(request.ranks)
+        self.steps_spin.setValue(request.steps)
+        self.width_spin.setValue(request.model_width)
+        self.batch_spin.setValue(request.batch_size)
+        self.dataset_combo.setCurrentText(request.dataset)
+        self.device_combo.setCurrentText(request.device)
+        self.out_edit.setText(request.out)
+        self.revalidate()
+
+    @property
+    def running(self) -> bool:
+        """True while the sweep's process is alive (also while it is stopping)."""
+        return self.process is not None and self.process.alive
+
+    def start(self) -> bool:
+        """Start the form's sweep; False (and nothing started) when the form has errors or one already runs."""
+        if self.running or self.revalidate():
+            return False
+        request = self.request()
+        self.running_request, self.progress, self.cancelled, self._seen_lines = request, [], False, 0
+        self.log_view.clear()
+        self.process = ManagedProcess(ProcessPlan("sweep", sweep_argv(request), sweep_env()), "sweep", OUTPUT_LINES)
+        self.progress_bar.setRange(0, max(request.configuration_count(), 1))
+        self.progress_bar.setValue(0)
+        self._show_status(f"Starting {request.configuration_count()} configuration(s)…")
+        self._set_running(True)
+        self.timer.start()
+        self.poll()
+        return True
+
+    def cancel(self) -> None:
+        """Stop the sweep: SIGINT (it stops its trainers and writes what it measured), SIGKILL after the grace."""
+        if not self.running or self.process is None:
+            return
+        self.cancelled = True
+        self.process.request_stop(STOP_GRACE_S, signal.SIGINT)
+        self.cancel_button.setEnabled(False)
+        self._show_status("Stopping the sweep (it stops its trainers and writes what it measured)…")
+
+    def stop_now(self) -> None:
+        """The app is quitting: stop the sweep and wait for it (bounded), then kill what is left."""
+        if not self.running or self.process is None:
+            return
+        self.process.request_stop(min(STOP_GRACE_S, QUIT_WAIT_S), signal.SIGINT)
+        deadline = QtCore.QDeadlineTimer(int(QUIT_WAIT_S * 1000) + 2000)
+        while self.process.alive and not deadline.hasExpired():
+            self.process.update()
+            QtCore.QThread.msleep(POLL_MS)
+        if self.process.alive:
+            self.process.kill()
+
+    def poll(self) -> None:
+        """Advance the sweep's process, read its new output, and finish when it has ended (the timer calls this)."""
+        process = self.process
+        if process is None:
+            return
+        process.update()
+        self._seen_lines, missed, lines = process.output.since(self._seen_lines)
+        if missed:
+            self.log_view.appendPlainText(f"… {missed} line(s) not shown")
+        for line in lines:
+            self.log_view.appendPlainText(line)
+            progress = parse_progress(line)
+            if progress is not None:
+                self._note_progress(progress)
+        if not process.alive:
+            self.timer.stop()
+            self._finish(process)
+
+    # ---- Layout --------------------------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        layout = QtWidgets.QVBoxLayout(self)
+        form = QtWidgets.QFormLayout()
+        frameworks = QtWidgets.QHBoxLayout()
+        self.framework_boxes: dict[str, QtWidgets.QCheckBox] = {}
+        for name in FRAMEWORKS:
+            box = QtWidgets.QCheckBox(name)
+            box.setToolTip(FRAMEWORK_TITLES[name])
+            box.toggled.connect(self.revalidate)
+            frameworks.addWidget(box)
+            self.framework_boxes[name] = box
+        frameworks.addStretch(1)
+        form.addRow("Frameworks", frameworks)
+        self.ranks_edit = QtWidgets.QLineEdit()
+        self.ranks_edit.setPlaceholderText("1,2,4")
+        self.ranks_edit.setToolTip("comma-separated rank counts, 1 included (the baseline of scaling efficiency)")
+        self.ranks_edit.textChanged.connect(self.revalidate)
+        form.addRow("Rank counts", self.ranks_edit)
+        self.steps_spin = self._spin(1, 1_000_000, "optimizer steps per run")
+        form.addRow("Steps per run", self.steps_spin)
+        self.width_spin = self._spin(1, 65_536, "hidden units per MLP layer")
+        form.addRow("Model width", self.width_spin)
+        self.batch_spin = self._spin(1, 1_000_000, "samples per rank per step, the same in every configuration")
+        form.addRow("Batch size per rank", self.batch_spin)
+        self.dataset_combo = QtWidgets.QComboBox()
+        self.dataset_combo.addItems(DATASETS)
+        self.dataset_combo.currentTextChanged.connect(self.revalidate)
+        form.addRow("Dataset", self.dataset_combo)
+        self.device_combo = QtWidgets.QComboBox()
+        self.device_combo.addItems(DEVICES)
+        self.device_combo.setToolTip("auto: one GPU per rank when there are enough, else the CPU")
+        self.device_combo.currentTextChanged.connect(self.revalidate)
+        form.addRow("Device", self.device_combo)
+        folder = QtWidgets.QHBoxLayout()
+        self.out_edit = QtWidgets.QLineEdit()
+        self.out_edit.setToolTip("sweep.db, sweep.csv, sweep.html and sweep.pdf are written here")
+        self.out_edit.textChanged.connect(self.revalidate)
+        self.browse_button = QtWidgets.QPushButton("Browse…")
+        self.browse_button.clicked.connect(self._browse)
+        folder.addWidget(self.out_edit, 1)
+        folder.addWidget(self.browse_button)
+        form.addRow("Output folder", folder)
+        self.form_widgets = [*self.framework_boxes.values(), self.ranks_edit, self.steps_spin, self.width_spin,
+                             self.batch_spin, self.dataset_combo, self.device_combo, self.out_edit,
+                             self.browse_button]
+        layout.addLayout(form)
+        self.error_label = QtWidgets.QLabel()
+        self.error_label.setWordWrap(True)
+        self.error_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error_label.setStyleSheet(f"color: {theme.ALERT_COLOR};")
+        layout.addWidget(self.error_label)
+        self.status_label = QtWidgets.QLabel("")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.status_label)
+        self.progress_bar = QtWidgets.QProgressBar()
+        self.progress_bar.setFormat("%v of %m configurations")
+        self.progress_bar.setVisible(False)
+        layout.addWidget(self.progress_bar)
+        self.log_view = QtWidgets.QPlainTextEdit()
+        self.log_view.setReadOnly(True)
+        self.log_view.setMaximumBlockCount(LOG_LINES)
+        self.log_view.setPlaceholderText("The sweep's output appears here.")
+        self.log_view.setMinimumHeight(120)
+        layout.addWidget(self.log_view, 1)
+        buttons = QtWidgets.QHBoxLayout()
+        self.report_button = QtWidgets.QPushButton("Open report")
+        self.report_button.clicked.connect(self._open_report)
+        self.session_button = QtWidgets.QPushButton("Open sweep.db in a window")
+        self.session_button.clicked.connect(self._open_session)
+        for button in (self.report_button, self.session_button):
+            button.setEnabled(False)
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        self.ok_button = QtWidgets.QPushButton("Run sweep")
+        self.ok_button.setDefault(True)
+        self.ok_button.clicked.connect(self.start)
+        self.cancel_button = QtWidgets.QPushButton("Cancel sweep")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.close_button = QtWidgets.QPushButton("Close")
+        self.close_button.clicked.connect(self.reject)
+        for button in (self.ok_button, self.cancel_button, self.close_button):
+            button.setAutoDefault(False)
+            buttons.addWidget(button)
+        layout.addLayout(buttons)
+        self.resize(640, 560)
+
+    def _spin(self, low: int, high: int, tip: str) -> QtWidgets.QSpinBox:
+        spin = QtWidgets.QSpinBox()
+        spin.setRange(low, high)
+        spin.setGroupSeparatorShown(True)
+        spin.setToolTip(tip)
+        spin.valueChanged.connect(self.revalidate)
+        return spin
+
+    # ---- Slots ---------------------------------------------------------------------------------------------------
+
+    def revalidate(self) -> list[str]:
+        """Re-check the form: errors shown inline, Run enabled only when there are none. Returns the errors."""
+        errors = self.errors()
+        self.error_label.setText("\n".join(f"• {error}" for error in errors))
+        self.error_label.setVisible(bool(errors))
+        self.ok_button.setEnabled(not errors and not self.running)
+        return errors
+
+    def reject(self) -> None:
+        """Close, unless a sweep runs: then cancel it first (the dialog closes itself once it ended)."""
+        if self.running:
+            self._close_when_done = True
+            self.cancel()
+            return
+        super().reject()
+
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:
+        if self.running:
+            event.ignore()
+            self.reject()
+            return
+        super().closeEvent(event)
+
+    def _note_progress(self, progress: SweepProgress) -> None:
+        self.progress.append(progress)
+        self.progress_bar.setRange(0, max(progress.total, 1))
+        ran = progress.event in ("done", "failed")  # a stopped configuration did not run to its end
+        self.progress_bar.setValue(progress.number if ran else progress.number - 1)
+        text = progress.text()
+        if progress.event == "failed" and progress.detail:
+            text += f": {progress.detail}"
+        self._show_status(text)
+        self.sig_progressed.emit(progress.text())
+
+    def _finish(self, process: ManagedProcess) -> None:
+        request = self.running_request
+        code = process.returncode
+        self._set_running(False)
+        if request is not None and request.session_path.is_file() and _is_default_folder(request.out):
+            self.out_edit.setText(default_out_folder())  # the next sweep gets a new folder of its own
+        self.revalidate()  # a folder holding a session is refused: the same sweep cannot run into it again
+        reported = request is not None and request.report_path.is_file()
+        has_session = request is not None and request.session_path.is_file()
+        self.report_button.setEnabled(reported)
+        self.session_button.setEnabled(has_session)
+        failed = [p for p in self.progress if p.event == "failed"]
+        if self.cancelled:
+            done = len([p for p in self.progress if p.event in ("done", "failed")])
+            text = f"Sweep stopped: {done} of {self.progress_bar.maximum()} configuration(s) ran to their end"
+            text += "; the report shows what was measured." if reported else "."
+        elif code == 0 and request is not None:
+            text = f"Sweep finished: report {request.report_path}"
+        elif code == 1 and reported:
+            text = f"Sweep finished, {len(failed)} configuration(s) failed (the report says why)"
+        else:
+            tail = "\n".join(process.last_lines(6))
+            text = f"The sweep did not run: {process.describe()}" + (f"\n{tail}" if tail else "")
+        self._show_status(text, alert=not (code == 0 or self.cancelled))
+        self.sig_progressed.emit(text.splitlines()[0])
+        if reported and not self.cancelled:
+            self._open_report()
+        self.sig_finished.emit(code if code is not None and process.state != "killed" else -1)
+        if self._close_when_done:
+            self._close_when_done = False
+            super().reject()
+
+    def _set_running(self, running: bool) -> None:
+        for widget in self.form_widgets:
+            widget.setEnabled(not running)
+        self.progress_bar.setVisible(running or bool(self.progress))
+        self.cancel_button.setEnabled(running)
+        self.close_button.setEnabled(True)
+        self.ok_button.setEnabled(not running)
+        if running:
+            self.report_button.setEnabled(False)
+            self.session_button.setEnabled(False)
+
+    def _show_status(self, text: str, alert: bool = False) -> None:
+        self.status_label.setText(text)
+        self.status_label.setStyleSheet(f"color: {theme.ALERT_COLOR};" if alert else "")
+
+    def _open_report(self) -> None:
+        if self.running_request is not None:
+            self._open_url(QtCore.QUrl.fromLocalFile(str(self.running_request.report_path)))
+
+    def _open_session(self) -> None:
+        if self.running_request is not None:
+            self.sig_open_session_requested.emit(str(self.running_request.session_path))
+
+    def _browse(self) -> None:
+        path = QtWidgets.QFileDialog.getExistingDirectory(self, "Folder for the sweep's session and reports",
+                                                          self.out_edit.text())
+        if path:
+            self.out_edit.setText(path)
+
+
+def _is_default_folder(out: str) -> bool:
+    """Whether ``out`` is a folder ``default_out_folder`` made (the user kept the folder offered)."""
+    return Path(out).expanduser().parent == Path(default_out_folder()).parent
