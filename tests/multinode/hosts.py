@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,20 @@ class TestHosts:
             shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)
         _ip("link", "del", self.bridge, check=False)
         atexit.unregister(self.close)
+
+    def wait_removed(self, timeout_s: float = 15.0) -> bool:
+        """Wait until the veth links of this process's hosts are gone; True when they are (or never existed).
+
+        The kernel removes a deleted namespace, and the veth pair with it, asynchronously: a ``TestHosts`` opened
+        in the same process right after ``close`` can find the old link names still taken. Call before ``open``.
+        """
+        names = [f"{PREFIX}v{self.pid % 100000}x{i}" for i in range(self.count)]
+        deadline = time.monotonic() + timeout_s
+        while any(_ip("link", "show", name, check=False).returncode == 0 for name in names):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     # ---- Use ---------------------------------------------------------------------------------------------------------
 

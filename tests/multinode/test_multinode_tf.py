@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ if _why and not os.environ.get("CI"):
     pytest.skip(f"multi-node tests need network namespaces: {_why}", allow_module_level=True)
 
 
-def test_two_hosts_multi_worker_mirrored_recorded_with_workers_grouped_by_host(tmp_path) -> None:
+def test_two_hosts_multi_worker_mirrored_recorded_with_workers_grouped_by_host(tmp_path: Path) -> None:
     def worker(hosts: TestHosts, host: int) -> list[str]:
         config = {"cluster": {"worker": [f"{hosts.address(i)}:{PORT}" for i in range(2)]},
                   "task": {"type": "worker", "index": host}}

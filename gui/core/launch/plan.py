@@ -11,7 +11,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -56,18 +56,15 @@ def build_commands(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | 
     ``RINGSCOPE_RUN_ID``, ``PYTHONUNBUFFERED=1`` (so its output reaches the process panel line by line) and
     ``agent_env`` (e.g. the collector's access token). A user's script with ``spec.zero_code`` also gets the
     injection environment of ``agent.inject`` (the bootstrap first on ``PYTHONPATH``), as under ``ringscope run``.
+    A spec with ``hosts`` gives one ``ssh`` client per host instead (``gui.core.launch.remote.remote_plans``).
     """
     run_id = spec.run_id or new_run_id()
-    base_env = dict(spec.env)
-    base_env.update({ENV_ENDPOINT: endpoint, ENV_RUN_ID: run_id, "PYTHONUNBUFFERED": "1", **(agent_env or {})})
-    if spec.uses_reference:
-        # Reference trainers are a package of this project: make them importable whatever the working directory.
-        base_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), base_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p)
-    elif spec.injects:
-        current = {"PYTHONPATH": base_env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))}
-        base_env.update(injection_env(current))
-    program = _program(spec)
+    if spec.hosts:
+        # Imported here: the remote plans build on this module's environment and program helpers.
+        from gui.core.launch.remote import remote_plans
+        return remote_plans(replace(spec, run_id=run_id), endpoint, agent_env)
+    base_env = launch_env(spec, endpoint, run_id, agent_env, os.environ.get("PYTHONPATH", ""))
+    program = program_words(spec)
     cwd = spec.working_dir
     if spec.kind == "ddp":
         # One torchrun; it starts the ranks. --standalone picks a free rendezvous port on this machine.
@@ -95,6 +92,32 @@ def build_commands(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | 
         env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(spec.processes)})
         plans.append(ProcessPlan(f"rank{rank}", [spec.python, *program], env, cwd))
     return plans
+
+
+def launch_env(spec: LaunchSpec, endpoint: str, run_id: str, agent_env: dict[str, str] | None,
+               inherited_pythonpath: str) -> dict[str, str]:
+    """What every process of ``spec`` gets on top of its environment (see ``build_commands``).
+
+    ``inherited_pythonpath`` is the ``PYTHONPATH`` the processes would otherwise see (the app's for local processes,
+    none for remote ones: their login environment is not known here); the spec's own ``PYTHONPATH`` wins over it.
+    """
+    base_env = dict(spec.env)
+    base_env.update({ENV_ENDPOINT: endpoint, ENV_RUN_ID: run_id, "PYTHONUNBUFFERED": "1", **(agent_env or {})})
+    if spec.uses_reference:
+        # Reference trainers are a package of this project: make them importable whatever the working directory.
+        base_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), base_env.get("PYTHONPATH", inherited_pythonpath)) if p)
+    elif spec.injects:
+        current = {"PYTHONPATH": base_env.get("PYTHONPATH", inherited_pythonpath)}
+        base_env.update(injection_env(current))
+    return base_env
+
+
+def program_words(spec: LaunchSpec) -> list[str]:
+    """What follows the interpreter (or torchrun): ``-m module options`` or ``script args``."""
+    if spec.uses_reference:
+        return ["-m", REFERENCE_MODULES[spec.kind], *_option_words(spec)]
+    return [spec.trainer, *spec.script_args]
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -154,13 +177,6 @@ def connect_endpoint(bind_endpoint: str) -> str:
 
 
 # ---- Internals ---------------------------------------------------------------------------------------------------
-
-def _program(spec: LaunchSpec) -> list[str]:
-    """What follows the interpreter (or torchrun): ``-m module options`` or ``script args``."""
-    if spec.uses_reference:
-        return ["-m", REFERENCE_MODULES[spec.kind], *_option_words(spec)]
-    return [spec.trainer, *spec.script_args]
-
 
 def _option_words(spec: LaunchSpec) -> Iterator[str]:
     framework = spec.framework

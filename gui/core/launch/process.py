@@ -134,15 +134,20 @@ class ManagedProcess:
             text += "; last output:\n" + "\n".join(tail) if tail else "; it printed nothing"
         return text
 
-    def request_stop(self, grace_s: float, sig: int = signal.SIGTERM) -> None:
-        """Ask the process group to stop (``sig``), and force it with SIGKILL once ``grace_s`` has passed."""
+    def request_stop(self, grace_s: float, sig: int | None = signal.SIGTERM) -> None:
+        """Ask the process group to stop (``sig``), and force it with SIGKILL once ``grace_s`` has passed.
+
+        ``sig=None`` sends nothing now, only the SIGKILL at the deadline: for an ssh client whose remote processes
+        are stopped another way, so that it can still pass on their last lines and exit status.
+        """
         if not self.alive or self._popen is None:
             return
         now = time.monotonic()
         if self.stop_requested_s is None:
             self.stop_requested_s = now
             self._remember_descendants()
-            self._signal(sig)
+            if sig is not None:
+                self._signal(sig)
         deadline = now + max(grace_s, 0.0)
         self._kill_at_s = deadline if self._kill_at_s is None else min(self._kill_at_s, deadline)
 

@@ -13,11 +13,15 @@ from typing import Final
 
 from gui.core.launch.plan import build_commands
 from gui.core.launch.process import ManagedProcess, StateChange
+from gui.core.launch.remote import remote_stop_plans
 from gui.core.launch.spec import LaunchSpec, new_run_id
 from gui.core.launch.validation import validate
 
 DEFAULT_GRACE_S: Final[float] = 10.0
 KILL_WAIT_S: Final[float] = 5.0  # after SIGKILL, how long stop() waits for the kernel to reap
+# A remote run's ssh clients are killed this long after the remote stop's own SIGKILL deadline (time for the
+# stop's ssh connection and for the clients to pass on the last lines and the exit status).
+REMOTE_STOP_MARGIN_S: Final[float] = 4.0
 
 
 class LaunchError(ValueError):
@@ -30,12 +34,17 @@ class LaunchError(ValueError):
 
 @dataclass(slots=True)
 class Run:
-    """One launch: its spec (with run id), its processes, and when it started."""
+    """One launch: its spec (with run id), its processes, and when it started.
+
+    ``stop_processes`` are the ``ssh HOST`` commands that stopped a multi-node run on its hosts (not part of the
+    run's own outcome; a failed one is reported by ``Launcher.poll``).
+    """
 
     run_id: str
     spec: LaunchSpec
     processes: list[ManagedProcess] = field(default_factory=list)
     started_s: float = field(default_factory=time.time)
+    stop_processes: list[ManagedProcess] = field(default_factory=list)
 
     @property
     def alive(self) -> bool:
@@ -51,8 +60,12 @@ class Run:
 class Launcher:
     """Starts trainings that report to ``endpoint`` (the window's collector) and manages their processes."""
 
-    def __init__(self, endpoint: str, buffer_lines: int = 2000, agent_env: dict[str, str] | None = None) -> None:
+    def __init__(self, endpoint: str, buffer_lines: int = 2000, agent_env: dict[str, str] | None = None,
+                 remote_endpoint: str | None = None) -> None:
         self.endpoint = endpoint
+        # The collector as other hosts reach it (multi-node runs over SSH); None: ``endpoint``, which must then
+        # not be a loopback address (validation says so).
+        self.remote_endpoint = remote_endpoint
         self.buffer_lines = buffer_lines
         # Added to every launched process after the spec's own environment, e.g. the access token
         # (RINGSCOPE_KEY) of a collector that requires authentication.
@@ -77,7 +90,11 @@ class Launcher:
 
     def validate(self, spec: LaunchSpec) -> list[str]:
         """``validate(spec)`` including this launcher's collector endpoint."""
-        return validate(spec, self.endpoint)
+        return validate(spec, self.endpoint_for(spec))
+
+    def endpoint_for(self, spec: LaunchSpec) -> str:
+        """The collector address ``spec``'s processes are given: the remote one for a run on hosts."""
+        return (self.remote_endpoint or self.endpoint) if spec.hosts else self.endpoint
 
     def start(self, spec: LaunchSpec) -> Run:
         """Validate and start ``spec`` (with a fresh run id if it has none). Raises ``LaunchError`` if invalid.
@@ -91,7 +108,7 @@ class Launcher:
         assert spec.run_id is not None
         run = Run(spec.run_id, spec)
         self._runs.append(run)
-        for plan in build_commands(spec, self.endpoint, self.agent_env):
+        for plan in build_commands(spec, self.endpoint_for(spec), self.agent_env):
             run.processes.append(ManagedProcess(plan, spec.run_id, self.buffer_lines))
         return run
 
@@ -109,21 +126,36 @@ class Launcher:
             change = process.update()
             if change is not None:
                 changes.append(change)
+        for run in self._runs:
+            for process in run.stop_processes:
+                change = process.update()
+                if change is not None and change.new == "failed":
+                    changes.append(change)  # the run's processes on that host may still be running
         return changes
 
     def request_stop(self, run_id: str | None = None, grace_s: float = DEFAULT_GRACE_S) -> None:
         """Non-blocking stop of one run (or all): SIGTERM now, SIGKILL from ``poll`` after ``grace_s``.
 
-        torchrun gets SIGINT, which it forwards to its ranks as a clean shutdown.
+        torchrun gets SIGINT, which it forwards to its ranks as a clean shutdown. A run on hosts is stopped on
+        each host over a second ssh connection (``remote_stop_plans``: SIGTERM, SIGKILL after ``grace_s``); its ssh
+        clients are left to end with the remote processes and are killed only if they outlive that.
         """
         for run in self._selected(run_id):
+            if run.spec.hosts:
+                if run.alive and not run.stop_processes:
+                    self._stop_remote(run, grace_s)
+                for process in run.processes:
+                    process.request_stop(grace_s + REMOTE_STOP_MARGIN_S, None)
+                continue
             for process in run.processes:
                 sig = signal.SIGINT if run.spec.kind == "ddp" else signal.SIGTERM
                 process.request_stop(grace_s, sig)
 
     def kill(self, run_id: str | None = None) -> None:
-        """SIGKILL one run (or all) now."""
+        """SIGKILL one run (or all) now (on its hosts too: a remote stop with no grace period)."""
         for run in self._selected(run_id):
+            if run.spec.hosts and run.alive:
+                self._stop_remote(run, 0.0)
             for process in run.processes:
                 process.kill()
 
@@ -133,7 +165,8 @@ class Launcher:
         changes: list[StateChange] = []
         deadline = time.monotonic() + grace_s + KILL_WAIT_S + 1.0
         runs = self._selected(run_id)
-        while any(run.alive for run in runs) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and any(
+                run.alive or any(p.alive for p in run.stop_processes) for run in runs):
             changes += self.poll()
             time.sleep(0.05)
         return changes
@@ -143,6 +176,10 @@ class Launcher:
         self.stop(None, grace_s)
 
     # ---- Internals -------------------------------------------------------------------------------------------
+
+    def _stop_remote(self, run: Run, grace_s: float) -> None:
+        for plan in remote_stop_plans(run.spec, grace_s):
+            run.stop_processes.append(ManagedProcess(plan, run.run_id, self.buffer_lines))
 
     def _selected(self, run_id: str | None) -> list[Run]:
         return [run for run in self._runs if run_id is None or run.run_id == run_id]

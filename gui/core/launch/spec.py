@@ -45,6 +45,14 @@ class LaunchSpec:
         base_port: first TF_CONFIG port for MultiWorkerMirroredStrategy; None picks free ports.
         zero_code: inject Ringscope into the user's unmodified script (``agent.inject``, as ``ringscope run``
             does); off for scripts that instrument themselves. Reference trainers instrument themselves: ignored.
+        hosts: the nodes to run on over SSH, in node-rank order (the first hosts the rendezvous); empty: this
+            machine only. With hosts, ``processes`` counts per host, ``base_port`` is the rendezvous (ddp) or first
+            TF_CONFIG port (tf_multi_worker) on the hosts, and ``python``, ``working_dir`` and the trainer are paths
+            that must exist on every host (a shared file system, as DeepSpeed's and pdsh-style launchers assume).
+        ssh_user: the login name on the hosts (None: ssh's default, i.e. the config file's or the local user).
+        ssh_key: an identity file for ``ssh -i`` (None: ssh's default keys and agent).
+        ssh_options: extra ssh arguments placed before the launcher's own, e.g. ``("-F", "~/.ssh/cluster")`` or
+            ``("-o", "Port=2222")``; ssh keeps the first value of an option, so these win.
     """
 
     kind: LaunchKind = "ddp"
@@ -58,11 +66,20 @@ class LaunchSpec:
     python: str = sys.executable
     base_port: int | None = None
     zero_code: bool = True
+    hosts: tuple[str, ...] = ()
+    ssh_user: str | None = None
+    ssh_key: str | None = None
+    ssh_options: tuple[str, ...] = ()
 
     @property
     def framework(self) -> Framework | None:
         """Which trainer option set applies (None for plain scripts)."""
         return framework_of(self.kind)
+
+    @property
+    def remote(self) -> bool:
+        """True when the processes run on ``hosts`` over SSH rather than on this machine."""
+        return bool(self.hosts)
 
     @property
     def uses_reference(self) -> bool:
@@ -78,11 +95,16 @@ class LaunchSpec:
         """A one-line description for lists (e.g. the "Recent" list)."""
         what = "reference trainer" if self.uses_reference else os.path.basename(self.trainer)
         unit = "devices" if self.kind == "tf_mirrored" else "processes"
-        return f"{KIND_TITLES[self.kind]}: {what}, {self.processes} {unit}"
+        where = f" on each of {len(self.hosts)} hosts ({', '.join(self.hosts)})" if self.hosts else ""
+        return f"{KIND_TITLES[self.kind]}: {what}, {self.processes} {unit}{where}"
 
     def with_new_run_id(self) -> LaunchSpec:
         """A copy for re-running: same request, fresh run id."""
         return replace(self, run_id=new_run_id(), options=dict(self.options), env=dict(self.env))
+
+    def ssh_login(self, host: str) -> str:
+        """The ssh destination for ``host``: ``user@host`` when ``ssh_user`` is set, else ``host``."""
+        return f"{self.ssh_user}@{host}" if self.ssh_user else host
 
     # ---- Persistence ------------------------------------------------------------------------------------------
 
@@ -90,6 +112,8 @@ class LaunchSpec:
         """JSON-ready form for the "Recent" list (the run id is dropped: a re-run is a new launch)."""
         data = asdict(self)
         data["script_args"] = list(self.script_args)
+        data["hosts"] = list(self.hosts)
+        data["ssh_options"] = list(self.ssh_options)
         data.pop("run_id")
         return data
 
@@ -111,6 +135,10 @@ class LaunchSpec:
                 python=str(data.get("python") or sys.executable),
                 base_port=None if data.get("base_port") is None else int(data["base_port"]),
                 zero_code=bool(data.get("zero_code", True)),
+                hosts=tuple(str(host) for host in data.get("hosts") or ()),
+                ssh_user=None if data.get("ssh_user") in (None, "") else str(data["ssh_user"]),
+                ssh_key=None if data.get("ssh_key") in (None, "") else str(data["ssh_key"]),
+                ssh_options=tuple(str(option) for option in data.get("ssh_options") or ()),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"saved launch is malformed ({error}); it will be ignored") from error

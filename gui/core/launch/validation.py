@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shutil
 import subprocess
 import sys
 from functools import lru_cache
@@ -16,9 +18,11 @@ from pathlib import Path
 
 from gui.core.launch.options import check_combination, check_option
 from gui.core.launch.plan import LAUNCHER_ENV_KEYS, REFERENCE_MODULES, parse_tcp_endpoint, port_in_use
-from gui.core.launch.spec import KINDS, MAX_PROCESSES, LaunchSpec, parse_env_lines
+from gui.core.launch.remote import MAX_HOSTS, MULTI_NODE_KINDS, check_host, is_loopback_endpoint
+from gui.core.launch.spec import KIND_TITLES, KINDS, MAX_PROCESSES, LaunchSpec, parse_env_lines
 
 _FRAMEWORK_MODULE = {"ddp": "torch", "tf_mirrored": "tensorflow", "tf_multi_worker": "tensorflow"}
+_SSH_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _LAUNCHER_NAME = {"ddp": "torchrun (torch.distributed.run)", "tf_mirrored": "TensorFlow",
                   "tf_multi_worker": "TensorFlow"}
 
@@ -37,11 +41,17 @@ def validate(spec: LaunchSpec, endpoint: str | None = None) -> list[str]:
     errors += _check_working_dir(spec)
     errors += _check_env(spec)
     errors += _check_ports(spec)
+    errors += _check_hosts(spec)
     if endpoint is not None:
         try:
             parse_tcp_endpoint(endpoint)
         except ValueError as error:
             errors.append(f"collector {error}")
+        else:
+            if spec.hosts and is_loopback_endpoint(endpoint):
+                errors.append(f"the collector endpoint {endpoint} is this machine's loopback address, which the "
+                              "hosts cannot reach; bind the collector to an address they can reach (e.g. "
+                              "--bind tcp://0.0.0.0:PORT) and give the launcher that address")
     return errors
 
 
@@ -60,6 +70,9 @@ def _check_processes(spec: LaunchSpec) -> list[str]:
     if not 1 <= spec.processes <= MAX_PROCESSES:
         unit = "devices" if spec.kind == "tf_mirrored" else "processes"
         return [f"number of {unit} {spec.processes} is out of range; expected 1..{MAX_PROCESSES}"]
+    if spec.hosts and spec.processes * len(spec.hosts) > MAX_PROCESSES:
+        return [f"{spec.processes} processes on each of {len(spec.hosts)} hosts make "
+                f"{spec.processes * len(spec.hosts)}, more than {MAX_PROCESSES}; use fewer per host or fewer hosts"]
     return []
 
 
@@ -127,16 +140,50 @@ def _check_env(spec: LaunchSpec) -> list[str]:
 
 
 def _check_ports(spec: LaunchSpec) -> list[str]:
-    if spec.kind != "tf_multi_worker" or spec.base_port is None:
+    if spec.base_port is None or (spec.kind != "tf_multi_worker" and not spec.hosts):
         return []
     if not 1024 <= spec.base_port <= 65535 - max(spec.processes, 1):
         return [f"base port {spec.base_port} is out of range; expected 1024..{65535 - max(spec.processes, 1)} "
                 "or leave it empty to pick free ports"]
+    if spec.hosts:
+        return []  # the ports are the hosts', not this machine's: nothing to check here
     busy = [port for port in range(spec.base_port, spec.base_port + spec.processes) if port_in_use(port)]
     if busy:
         return [f"port {port} (TF_CONFIG address of worker {port - spec.base_port}) is in use by another process; "
                 "choose another base port or leave it empty to pick free ports" for port in busy]
     return []
+
+
+def _check_hosts(spec: LaunchSpec) -> list[str]:
+    if not spec.hosts:
+        return []
+    if isinstance(spec.hosts, str) or not isinstance(spec.hosts, tuple | list):
+        return [f"hosts {spec.hosts!r} is not a list of host names"]
+    errors = []
+    if spec.kind not in MULTI_NODE_KINDS:
+        errors.append(f"{KIND_TITLES[spec.kind]} uses the devices of one machine and cannot run on several hosts; "
+                      "choose MultiWorkerMirroredStrategy (one worker per host) or clear the hosts list")
+    if len(spec.hosts) > MAX_HOSTS:
+        errors.append(f"{len(spec.hosts)} hosts are more than {MAX_HOSTS}; launch at most {MAX_HOSTS} hosts")
+    errors += [message for host in spec.hosts if (message := check_host(host)) is not None]
+    seen: set[str] = set()
+    for host in spec.hosts:
+        if host in seen:
+            errors.append(f"host {host!r} is listed twice; list each host once and raise the processes per host")
+        seen.add(host)
+    if spec.ssh_user is not None and not _SSH_USER.match(spec.ssh_user):
+        errors.append(f"SSH user {spec.ssh_user!r} is not a login name (letters, digits, . _ -; not starting "
+                      "with - or a digit); leave it empty for ssh's default")
+    if spec.ssh_key and not os.path.isfile(os.path.expanduser(spec.ssh_key)):
+        errors.append(f"SSH key {spec.ssh_key!r} not found; choose an existing private key file or leave it empty "
+                      "for ssh's default keys")
+    if not all(isinstance(option, str) and option and "\n" not in option for option in spec.ssh_options):
+        errors.append(f"SSH options {list(spec.ssh_options)!r} must be non-empty words without line breaks, "
+                      "e.g. -o Port=2222")
+    if shutil.which("ssh") is None:
+        errors.append("the ssh client is not installed on this machine (it starts the processes on the hosts); "
+                      "install it (apt-get install openssh-client) or clear the hosts list")
+    return errors
 
 
 # ---- Module lookup -----------------------------------------------------------------------------------------------
