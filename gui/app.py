@@ -26,7 +26,7 @@ from gui.core.analysis.runs import launch_outcome
 from gui.core.ingest.collector import Collector, CollectorError
 from gui.core.ingest.recorder import Recorder
 from gui.core.ingest.session import load as load_session
-from gui.core.launch import Launcher, connect_endpoint
+from gui.core.launch import Launcher, connect_endpoint, remote_endpoint
 from gui.core.live.live_analysis import LiveAnalyzer
 from gui.core.live.runs import LiveRuns
 from gui.core.live.store import LiveStore
@@ -163,7 +163,8 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
             recorder.close()
         raise
     launcher = Launcher(connect_endpoint(collector.endpoint),
-                        agent_env={ENV_KEY: keys.agent_keys.token} if keys is not None else None)
+                        agent_env={ENV_KEY: keys.agent_keys.token} if keys is not None else None,
+                        remote_endpoint=remote_endpoint(collector.endpoint))
     window_ref: list[QtMainWindow] = []
     session_source = _session_source(recorder)
     analyzer = LiveAnalyzer(session_source or (lambda: window_ref[0].store.to_session_data()),

@@ -82,6 +82,9 @@ class QtLaunchDialog(QtWidgets.QDialog):
             self.python_edit.setText(spec.python)
             self.processes_spin.setValue(spec.processes)
             self.base_port_edit.setText("" if spec.base_port is None else str(spec.base_port))
+            self.hosts_edit.setText(" ".join(spec.hosts))
+            self.ssh_user_edit.setText(spec.ssh_user or "")
+            self.ssh_key_edit.setText(spec.ssh_key or "")
             for option in OPTION_TABLE:
                 _set_option(self.option_widgets[option.ident], spec.options.get(option.name))
             self.working_dir_edit.setText(spec.working_dir or "")
@@ -134,6 +137,20 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.processes_spin = QtWidgets.QSpinBox()
         self.processes_spin.setRange(1, 1024)
         form.addRow("Processes", self.processes_spin)
+        self.hosts_edit = QtWidgets.QLineEdit()
+        self.hosts_edit.setPlaceholderText("empty: this machine; else node1 node2 … (started over SSH)")
+        self.hosts_edit.setToolTip(
+            "The nodes to run on, in node-rank order (the first hosts the rendezvous). Each is started over SSH with "
+            "key-based login (ssh -o BatchMode=yes host 'cd DIR && env … torchrun --nnodes N …'); 'Processes' then "
+            "counts per host, and Python, the working directory and the script are paths on the hosts. Stop ends "
+            "the run on every host. The hosts must reach this window's collector (bind it beyond loopback).")
+        form.addRow("Hosts (SSH)", self.hosts_edit)
+        self.ssh_user_edit = QtWidgets.QLineEdit()
+        self.ssh_user_edit.setPlaceholderText("empty: ssh's default")
+        form.addRow("SSH user", self.ssh_user_edit)
+        self.ssh_key_edit = QtWidgets.QLineEdit()
+        self.ssh_key_edit.setPlaceholderText("empty: ssh's default keys and agent")
+        form.addRow("SSH key", self.ssh_key_edit)
         self.base_port_edit = QtWidgets.QLineEdit()
         self.base_port_edit.setPlaceholderText("empty: free ports are picked")
         form.addRow("TF_CONFIG base port", self.base_port_edit)
@@ -187,7 +204,8 @@ class QtLaunchDialog(QtWidgets.QDialog):
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
 
-        for edit in (self.script_edit, self.args_edit, self.python_edit, self.base_port_edit, self.working_dir_edit):
+        for edit in (self.script_edit, self.args_edit, self.python_edit, self.base_port_edit, self.working_dir_edit,
+                     self.hosts_edit, self.ssh_user_edit, self.ssh_key_edit):
             edit.textChanged.connect(self._refresh)
         self.env_edit.textChanged.connect(self._refresh)
         self.kind_combo.currentIndexChanged.connect(self._refresh)
@@ -217,7 +235,8 @@ class QtLaunchDialog(QtWidgets.QDialog):
         errors += env_errors
         base_port: int | None = None
         port_text = self.base_port_edit.text().strip()
-        if kind == "tf_multi_worker" and port_text:
+        remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored"
+        if (kind == "tf_multi_worker" or remote) and port_text:
             if port_text.isdigit():
                 base_port = int(port_text)
             else:
@@ -240,6 +259,9 @@ class QtLaunchDialog(QtWidgets.QDialog):
             python=self.python_edit.text().strip() or sys.executable,
             base_port=base_port,
             zero_code=self.zero_code_check.isChecked(),
+            hosts=tuple(self.hosts_edit.text().replace(",", " ").split()) if kind != "tf_mirrored" else (),
+            ssh_user=self.ssh_user_edit.text().strip() or None,
+            ssh_key=self.ssh_key_edit.text().strip() or None,
         )
         return spec, errors
 
@@ -255,10 +277,17 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self._form.setRowVisible(self.script_edit.parentWidget(), not reference)
         self._form.setRowVisible(self.args_edit, not reference)
         self._form.setRowVisible(self.zero_code_check, not reference)
-        self._form.setRowVisible(self.base_port_edit, kind == "tf_multi_worker")
+        remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored"
+        self._form.setRowVisible(self.hosts_edit, kind != "tf_mirrored")
+        self._form.setRowVisible(self.ssh_user_edit, remote)
+        self._form.setRowVisible(self.ssh_key_edit, remote)
+        self._form.setRowVisible(self.base_port_edit, kind == "tf_multi_worker" or remote)
+        port_label = self._form.labelForField(self.base_port_edit)
+        if isinstance(port_label, QtWidgets.QLabel):
+            port_label.setText("Rendezvous port" if kind == "ddp" else "TF_CONFIG base port")
         label = self._form.labelForField(self.processes_spin)
         if isinstance(label, QtWidgets.QLabel):
-            label.setText(_PROCESS_LABEL[kind])
+            label.setText(_PROCESS_LABEL[kind] + (" per host" if remote else ""))
         framework = "ddp" if kind == "ddp" else "tf" if kind.startswith("tf_") else None
         self.options_box.setVisible(reference and framework is not None)
         if framework is not None:

@@ -176,6 +176,16 @@ def connect_endpoint(bind_endpoint: str) -> str:
     return bind_endpoint
 
 
+def remote_endpoint(bind_endpoint: str) -> str | None:
+    """The address other hosts connect to for a collector bound at ``bind_endpoint``: this machine's name when it
+    listens on every interface; None when the bound address itself is the one to give (or it is loopback only,
+    which validation refuses for runs on hosts)."""
+    for wildcard in ("tcp://*:", "tcp://0.0.0.0:"):
+        if bind_endpoint.startswith(wildcard):
+            return f"tcp://{socket.getfqdn()}:{bind_endpoint[len(wildcard):]}"
+    return None
+
+
 # ---- Internals ---------------------------------------------------------------------------------------------------
 
 def _option_words(spec: LaunchSpec) -> Iterator[str]:

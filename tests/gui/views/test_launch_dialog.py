@@ -126,3 +126,21 @@ def test_recent_launch_refills_the_form(qtbot: QtBot, tmp_path: Path) -> None:
     again = dialog.spec()
     assert again.to_dict() == old.to_dict()
     assert dialog.ok_button.isEnabled()
+
+
+def test_hosts_make_a_run_over_ssh_and_bad_host_names_are_refused(qtbot: QtBot) -> None:
+    dialog = make_dialog(qtbot)
+    assert not dialog._form.isRowVisible(dialog.ssh_user_edit)  # a local run: no SSH rows
+    dialog.hosts_edit.setText("gpu-node-1, gpu-node-2")
+    dialog.ssh_user_edit.setText("train")
+    dialog.base_port_edit.setText("29500")
+    assert dialog._form.isRowVisible(dialog.ssh_user_edit) and dialog._form.isRowVisible(dialog.base_port_edit)
+    label = dialog._form.labelForField(dialog.base_port_edit)
+    assert isinstance(label, QtWidgets.QLabel) and label.text() == "Rendezvous port"
+    spec = dialog.spec()
+    assert spec.hosts == ("gpu-node-1", "gpu-node-2") and spec.ssh_user == "train" and spec.base_port == 29500
+    assert spec.remote and "gpu-node-1" in spec.title()
+    dialog.hosts_edit.setText("gpu-node-1 -oProxyCommand=sh")  # an ssh option smuggled in as a host name
+    assert not dialog.ok_button.isEnabled() and "-oProxyCommand=sh" in dialog.error_label.text()
+    choose_kind(dialog, "tf_mirrored")  # one process on one machine: no hosts
+    assert not dialog._form.isRowVisible(dialog.hosts_edit) and dialog.spec().hosts == ()

@@ -185,3 +185,13 @@ def test_the_stop_code_ends_the_runs_processes_of_one_host_only_and_forces_what_
         process.wait(timeout=5)
     assert [marked[0].returncode, marked[1].returncode] == [-signal.SIGTERM, -signal.SIGKILL]
     assert marked[2].poll() is None  # node-1's process is not node-0's to stop
+
+
+def test_the_collector_is_given_to_other_hosts_by_this_machines_name_when_it_listens_everywhere() -> None:
+    import socket
+
+    from gui.core.launch import remote_endpoint
+
+    assert remote_endpoint("tcp://0.0.0.0:5757") == f"tcp://{socket.getfqdn()}:5757"
+    assert remote_endpoint("tcp://*:6000") == f"tcp://{socket.getfqdn()}:6000"
+    assert remote_endpoint("tcp://10.1.2.3:5757") is None  # the bound address itself is the one to give
