@@ -163,8 +163,11 @@ class TimedStepRunner:
         # the graph so that the host makes a single device-to-host fetch, not one per replica.
         rows = self._step_fn(batch).numpy().tolist()
         end_s = time.time()
+        # t1 (gradients ready) and t2 (all-reduce done) come from timestamp ops ordered by control dependencies;
+        # when the collective is nearly free (one replica) TF may run them a few µs out of order: a wait is never
+        # negative, and that overlap stays in compute
         replicas = [
-            ReplicaTiming(rank, (t1 - t0) + (t3 - t2), t2 - t1, t2 - t1, int(samples), loss)
+            ReplicaTiming(rank, (t1 - t0) + (t3 - t2), max(0.0, t2 - t1), max(0.0, t2 - t1), int(samples), loss)
             for rank, (t0, t1, t2, t3, samples, loss) in zip(self.ranks, rows, strict=True)
         ]
         result = StepResult(
