@@ -246,6 +246,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         for view in (self.breakdown, self.stall, self.data_idle, self.gpu_panel):
             view.reset()  # what they kept (heat columns by stamp, last drawn) belongs to the previous run
         self.last_snapshot = None
+        self.overview.show_network(None)  # the previous run's verdict; the analyzer brings this run's
         self._chart_key = None
         self._text_key = ()
         self._last_full_render = 0.0
@@ -277,6 +278,10 @@ class QtMainWindow(QtWidgets.QMainWindow):
             return  # figures of a run no longer shown
         self._figures_version = figures.version
         self.cost_panel.update_from(figures.analysis, figures.cost)
+        verdict = self.overview.network_verdict
+        self.overview.show_network(figures.analysis)
+        if self.overview.network_verdict != verdict:
+            self._text_key = ()  # the cards are redrawn at the next tick even if no telemetry arrives
 
     def _render_charts(self, snap: Snapshot, started: float) -> None:
         heavy = (self.gpu_panel, self.breakdown, self.stall, self.data_idle)

@@ -16,6 +16,7 @@ from PySide6 import QtCore, QtWidgets
 from agent.schema import field_doc
 from gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
 from gui.core.analysis.hang import HangVerdict
+from gui.core.analysis.summary import SessionAnalysis
 from gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
 from gui.views import theme
 from gui.views.qt_plot_tools import format_seconds, format_share
@@ -67,6 +68,7 @@ class QtOverview(QtWidgets.QWidget):
                                                                     "every rank (the last 20 steps of each).")
         self.idle = _Card("Idle share", "Share of step time the accelerators were not computing: data wait + "
                                         "exposed comm + other (last 20 steps, all ranks).")
+        self.network_verdict: tuple[str, str] | None = None  # (value, detail) while the links are the bottleneck
         self.straggler = _Card("Straggler", "The rank the others wait for: in synchronous data parallelism the "
                                             "slowest rank waits least in AllReduce. " + field_doc("comm_exposed_s"))
         self.cost = _Card("Cost of waiting", "Idle share x GPUs x price per GPU-hour (set the price in "
@@ -126,6 +128,9 @@ class QtOverview(QtWidgets.QWidget):
                                        f"{hang.summary(now)}; {hang.device_hours(now):.3f} device-hours burnt "
                                        "waiting · Run ▸ Hang details… (Ctrl+H) shows the stacks",
                                        theme.ALERT_COLOR)
+        elif snap.straggler is None and self.network_verdict is not None:
+            value, evidence = self.network_verdict
+            self.straggler.show_values(value, evidence + final, theme.ALERT_COLOR)
         elif snap.straggler is None:
             self.straggler.show_values("none", ("no rank makes the others wait (> 5 % of a step)" + final)
                                        if n > 1 else "needs two or more ranks", theme.OK_COLOR if n > 1 else None)
@@ -133,6 +138,17 @@ class QtOverview(QtWidgets.QWidget):
             self.straggler.show_values(f"rank {snap.straggler.rank}", snap.straggler.reason + final,
                                        theme.STRAGGLER_COLOR)
         self._render_cost(snap, price_per_gpu_hour, fit)
+
+    def show_network(self, analysis: SessionAnalysis | None) -> None:
+        """Take the whole-session analysis' network verdict (``LiveAnalyzer``, every few seconds): when every rank
+        waits on a link that queues, the Straggler card names the host instead of saying "none"."""
+        network = analysis.network if analysis is not None else None
+        if analysis is None or analysis.wait_diagnosis != "network" or network is None or not network.congested:
+            self.network_verdict = None
+        elif network.slow_host is not None:
+            self.network_verdict = (f"none · network: {network.slow_host}", network.evidence())
+        else:
+            self.network_verdict = ("none · network", network.evidence())
 
     # ---- Cards ---------------------------------------------------------------------------------------------------
 
