@@ -15,7 +15,6 @@ acknowledgement, and the collector sees it in the sequence numbers.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import os
 import threading
@@ -30,7 +29,7 @@ from zmq.utils import monitor as zmq_monitor
 
 from agent import wire
 from agent.keys import AgentKeys
-from agent.schema import Health, Hello, Record
+from agent.schema import Health, Hello, Record, shifted
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,6 @@ DEFAULT_ENDPOINT: Final[str] = "tcp://127.0.0.1:5757"
 _TEST_CLOCK_SKEW_S: Final[float] = float(os.environ.get("RINGSCOPE_TEST_CLOCK_SKEW_S") or 0.0)
 """Test-only: every wall time this process sends is moved by this many seconds, as if its host's clock were off
 (a library that fakes the clock breaks Python's sleeps). Unset in real use: one falsy check per message."""
-_WALL_FIELDS: Final[tuple[str, ...]] = ("start_s", "end_s", "ts_s", "since_s", "clock_wall_s", "started_s")
 CLOSE_FLUSH_S: Final[float] = 0.5
 """How long ``close`` waits for a collector to connect and take the last records before counting them dropped."""
 
@@ -284,7 +282,7 @@ class Publisher:
         """Send one batch as one message, or as several when it would exceed the collector's size limit."""
         sent_s = time.time()
         if _TEST_CLOCK_SKEW_S:  # a host whose clock is off, for the clock-alignment tests (off in real use)
-            batch, sent_s = [_skewed(record) for record in batch], sent_s + _TEST_CLOCK_SKEW_S
+            batch, sent_s = [shifted(record, _TEST_CLOCK_SKEW_S) for record in batch], sent_s + _TEST_CLOCK_SKEW_S
         payload = wire.encode(self.agent_id, self._seq, sent_s, batch)
         if len(payload) > wire.MAX_MESSAGE_BYTES:
             if len(batch) > 1:
@@ -330,8 +328,3 @@ class Publisher:
             disconnects=self._disconnects,
         )
 
-
-def _skewed(record: Record) -> Record:
-    changes = {name: value + _TEST_CLOCK_SKEW_S for name in _WALL_FIELDS
-               if isinstance(value := getattr(record, name, None), float)}
-    return dataclasses.replace(record, **changes) if changes else record  # type: ignore[arg-type]

@@ -46,6 +46,18 @@ MAX_RANK: Final[int] = 2**31 - 1
 
 RANK_FIELDS: Final[frozenset[str]] = frozenset({"rank", "local_rank", "node_rank", "world_size", "gpu_index"})
 
+WALL_CLOCK_FIELDS: Final[tuple[str, ...]] = ("start_s", "end_s", "ts_s", "since_s", "clock_wall_s", "started_s")
+"""The fields that are points in wall-clock time (on the sending host's clock), not durations."""
+
+
+def shifted(record: Any, offset_s: float) -> Any:
+    """A copy of ``record`` with every wall-clock field moved by ``offset_s`` (the record itself when it has none):
+    putting a host's timestamps on another clock."""
+    changes = {name: value + offset_s for name in WALL_CLOCK_FIELDS
+               if isinstance(value := getattr(record, name, None), float)}
+    return dataclasses.replace(record, **changes) if changes else record
+
+
 MAX_ABS_SECONDS: Final[float] = 1e10
 """Fields in seconds (``*_s``: time points and durations) must be finite and within +-1e10 s (year 2286). A
 non-finite *optional reading* that is not a time (``loss``, ``util_pct``, ``power_w``...) is kept as ``None``

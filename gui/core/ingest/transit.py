@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from agent.schema import shifted
 from gui.core.session_data import SessionData
 
 BIN_EDGES_S: Final[tuple[float, ...]] = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
@@ -113,31 +114,13 @@ def align_clocks(data: SessionData, offsets: dict[str, float]) -> None:
                 columns[field_name] = columns[field_name] + shift
     for index, (event, agent_id) in enumerate(zip(data.events, data.event_agents, strict=False)):
         if agent_id in offsets:
-            data.events[index] = dataclasses.replace(event, ts_s=event.ts_s + offsets[agent_id])
+            data.events[index] = shifted(event, offsets[agent_id])
     order = sorted(range(len(data.events)), key=lambda i: data.events[i].ts_s)
     data.events[:] = [data.events[i] for i in order]
     if len(data.event_agents) == len(order):
         data.event_agents[:] = [data.event_agents[i] for i in order]
-    for index, hello in enumerate(data.agents):
-        if hello.agent_id in offsets:
-            offset = offsets[hello.agent_id]
-            data.agents[index] = dataclasses.replace(hello, clock_wall_s=hello.clock_wall_s + offset,
-                                                     started_s=hello.started_s + offset)
+    data.agents[:] = [shifted(h, offsets[h.agent_id]) if h.agent_id in offsets else h for h in data.agents]
     data.counters["clock_offsets"] = dict(offsets)
-
-
-WALL_FIELDS: Final[tuple[str, ...]] = ("start_s", "end_s", "ts_s", "since_s", "clock_wall_s", "started_s")
-"""The wall-clock fields of the telemetry records (``agent.schema``)."""
-
-
-def shifted(records: list[Any], offset: float) -> list[Any]:
-    """Copies of ``records`` with every wall-clock field moved by ``offset`` seconds (the live view's alignment)."""
-    out = []
-    for record in records:
-        changes = {name: value + offset for name in WALL_FIELDS
-                   if isinstance(value := getattr(record, name, None), float)}
-        out.append(dataclasses.replace(record, **changes) if changes else record)
-    return out
 
 
 class ClockAligner:
@@ -157,7 +140,7 @@ class ClockAligner:
         if known is None or transit < known:
             self._min[batch.agent_id] = transit
         offset = self.offset(batch.agent_id)
-        return dataclasses.replace(batch, records=shifted(batch.records, offset)) if offset else batch
+        return dataclasses.replace(batch, records=[shifted(r, offset) for r in batch.records]) if offset else batch
 
 
 class TransitTracker:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -19,8 +20,8 @@ def test_queueing_delay_is_measured_above_the_smallest_transit_so_clock_offsets_
         tracker.observe("quiet", sent, sent + 0.0001)
         tracker.observe("queued", sent - skew, sent + (0.0001 if i < 20 else 0.030))  # 80 % queued ~30 ms
     rows = {row[0]: row for row in tracker.rows({"quiet", "queued"})}
-    quiet = transit.Transit(rows["quiet"][1], rows["quiet"][2], __import__("json").loads(rows["quiet"][3]))
-    queued = transit.Transit(rows["queued"][1], rows["queued"][2], __import__("json").loads(rows["queued"][3]))
+    quiet, queued = (transit.Transit(rows[name][1], rows[name][2], json.loads(rows[name][3]))
+                     for name in ("quiet", "queued"))
     assert quiet.quantile(0.5) is not None and quiet.quantile(0.5) < 0.0002
     assert queued.min_transit_s == pytest.approx(skew + 0.0001)
     assert 0.02 <= (queued.quantile(0.5) or 0) <= 0.05  # the 30 ms bin
