@@ -10,6 +10,7 @@ every chart a title; a chart that shows only part of the data says so in its tit
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -17,7 +18,7 @@ from matplotlib.figure import Figure
 
 from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
 from gui.core.analysis.summary import RankSummary, SessionAnalysis
-from gui.core.phases import ALERT_COLOR, COMM_EXPOSED, COMPUTE, DATA_WAIT, NO_DATA_COLOR, OTHER, PHASES
+from gui.core.phases import ALERT_COLOR, COMM_EXPOSED, COMPUTE, DATA_WAIT, NO_DATA_COLOR, OTHER, PHASES, Phase
 
 MAX_RANK_BARS: int = 32
 """Beyond this, per-rank bars become noise (UI.md): show the most suspicious ranks and say so."""
@@ -61,22 +62,31 @@ def draw_rank_bars(ax: Axes, analysis: SessionAnalysis, *, title: str | None = N
     if not ranks:
         no_data(ax)
         return
-    y = np.arange(len(ranks))
-    left = np.zeros(len(ranks))
-    for phase in PHASES:
-        values = np.array([r.breakdown.shares[phase.name] for r in ranks]) * 100
-        ax.barh(y, values, left=left, color=phase.color, label=phase.label)
-        left += values
-    ax.set_yticks(y, [f"rank {r.rank}" for r in ranks], fontsize=7 if len(ranks) <= 16 else 5.5)
+    stacked_share_bars(ax, [f"rank {r.rank}" for r in ranks],
+                       [(phase, np.array([r.breakdown.shares[phase.name] for r in ranks])) for phase in PHASES],
+                       fontsize=7 if len(ranks) <= 16 else 5.5)
     straggler = analysis.straggler.rank if analysis.straggler else None
     for label, summary in zip(ax.get_yticklabels(), ranks, strict=True):
         if summary.rank == straggler:
             label.set_color(ALERT_COLOR)
             label.set_fontweight("bold")
-    ax.invert_yaxis()
     style_axes(ax)
     if legend:
         side_legend(ax)
+
+
+def stacked_share_bars(ax: Axes, labels: Sequence[str], columns: Sequence[tuple[Phase, np.ndarray]], *,
+                       fontsize: float = 7) -> None:
+    """One horizontal bar per label, top to bottom, stacked by phase: ``columns`` holds each phase with its shares
+    (0..1, one per label) in stacking order. Titles, axes and legends stay with the caller."""
+    y = np.arange(len(labels))
+    left = np.zeros(len(labels))
+    for phase, shares in columns:
+        values = np.asarray(shares, dtype=np.float64) * 100
+        ax.barh(y, values, left=left, color=phase.color, label=phase.label)
+        left += values
+    ax.set_yticks(y, list(labels), fontsize=fontsize)
+    ax.invert_yaxis()
 
 
 def draw_throughput(ax: Axes, analysis: SessionAnalysis, *, title: str | None = None, color: str = COMPUTE.color,

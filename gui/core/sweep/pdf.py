@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from gui.core.phases import COMM_EXPOSED, COMPUTE, PHASE_BY_NAME
-from gui.core.report.charts import no_data, side_legend, style_axes
+from gui.core.report.charts import no_data, side_legend, stacked_share_bars, style_axes
 from gui.core.report.html import atomic_target
 from gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
 from gui.core.sweep.advice import money
@@ -95,14 +95,9 @@ def draw_phase_shares(ax: Axes, rows: Sequence[SweepRow]) -> None:
     if not rows:
         no_data(ax)
         return
-    y = np.arange(len(rows))
-    left = np.zeros(len(rows))
-    for name, phase in SHARE_PHASES:
-        values = np.array([getattr(row, name) or 0.0 for row in rows]) * 100
-        ax.barh(y, values, left=left, color=PHASE_BY_NAME[phase].color, label=PHASE_BY_NAME[phase].label)
-        left += values
-    ax.set_yticks(y, [row.label if row.measured else f"{row.label} (no data)" for row in rows], fontsize=7)
-    ax.invert_yaxis()
+    stacked_share_bars(ax, [row.label if row.measured else f"{row.label} (no data)" for row in rows],
+                       [(PHASE_BY_NAME[phase], np.array([getattr(row, name) or 0.0 for row in rows]))
+                        for name, phase in SHARE_PHASES])
     style_axes(ax)
 
 
