@@ -39,6 +39,7 @@ from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S: Final[float] = 0.2
+TRANSIT_WRITE_S: Final[float] = 2.0  # how often the per-agent transit statistics are rewritten
 FLUSH_BYTES: Final[int] = 8 * 1024 * 1024
 """The writer commits every ``FLUSH_INTERVAL_S`` or as soon as this many bytes (~25 000 steps) are waiting."""
 
@@ -98,6 +99,9 @@ class Recorder:
         # agent_id -> [first_seq, last_seq, messages, records, first_recv_s, last_recv_s]
         self._sequences: dict[str, list[Any]] = {}
         self._transit = transit.TransitTracker()  # per agent: how long its messages queued on the way
+        # statistics, not records: their rows are rewritten every TRANSIT_WRITE_S (and at close), not every commit
+        self._transit_due: set[str] = set()
+        self._transit_next = 0.0
         self._write_errors = 0
         self._last_write_error: str | None = None
         self._last_error_log = -_LOG_EVERY_S
@@ -288,7 +292,9 @@ class Recorder:
             else:
                 tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
         tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
-        tables["transit"] = self._transit.rows(touched)
+        self._transit_due |= touched
+        if time.monotonic() >= self._transit_next:
+            tables["transit"] = self._transit_rows()
         records = sum(len(r) for r in rows.values())
         try:
             with _transaction(connection):
@@ -400,10 +406,17 @@ class Recorder:
             meta.append(("run_ids", json.dumps(sorted(self._run_ids))))
         return meta
 
+    def _transit_rows(self) -> list[tuple[str, int, float, str]]:
+        rows = self._transit.rows(self._transit_due)
+        self._transit_due = set()
+        self._transit_next = time.monotonic() + TRANSIT_WRITE_S
+        return rows
+
     def _finish(self, connection: sqlite3.Connection) -> None:
         """Indexes are built once at the end: maintaining them per insert costs ~10x (shared ENVIRONMENT.md)."""
         started = time.monotonic()
         with _transaction(connection):
+            connection.executemany(transit.INSERT, self._transit_rows())
             for statement in INDEXES:
                 connection.execute(statement)
             connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",

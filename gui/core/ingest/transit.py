@@ -7,10 +7,10 @@ queues, whatever the clocks say. A link saturated by a training's all-reduce tra
 NIC) queues the telemetry behind it: its agents' queueing delay grows, and the host whose delay stands out is the one
 with the slow link (``gui.core.analysis.network``).
 
-Kept as a small histogram per agent (``BIN_EDGES_S``), written by the recorder in the ``transit`` table with the
-``sequences`` rows (same transaction), so the cost is a few operations per message and a row per agent, never a row
-per message. The first messages of an agent are judged against the smallest transit seen so far; an agent's hello
-and first records go out before the training loads its link, so the minimum is found early.
+Kept as a small histogram per agent (``BIN_EDGES_S``), rewritten by the recorder in the ``transit`` table every
+``TRANSIT_WRITE_S`` (2 s) and at close, so the cost is a few operations per message and a row per agent every
+2 s, never a row per message. The first messages of an agent are judged against the smallest transit seen so
+far; an agent's hello and first records go out before the training loads its link, so the minimum is found early.
 """
 
 from __future__ import annotations
