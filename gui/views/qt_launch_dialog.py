@@ -2,6 +2,7 @@
 
 Every change re-runs the core's ``validate``; its messages are shown inline and OK stays disabled until the spec
 is valid. The dialog holds no launch logic: ``spec()`` returns a ``LaunchSpec`` for the caller to start.
+Its Sweep… button hands what a sweep shares with the launch (``sweep_values``) to whoever opens the sweep dialog.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from PySide6 import QtCore, QtWidgets
 
 from gui.core.launch import (
     KIND_TITLES,
     KINDS,
+    OPTIONS_BY_KEY,
     REFERENCE,
     LaunchKind,
     LaunchSpec,
@@ -27,10 +30,17 @@ from gui.core.launch import (
     validate,
 )
 from gui.core.launch import OPTIONS as OPTION_TABLE
+from gui.core.launch.options import Framework
+from gui.core.sweep.plan import FRAMEWORKS as SWEEP_FRAMEWORKS
 from gui.views import theme
 
 _PROCESS_LABEL = {"ddp": "Ranks (processes)", "tf_mirrored": "Devices", "tf_multi_worker": "Worker processes",
                   "script": "Processes"}
+_SWEEP_FRAMEWORK: Final[dict[LaunchKind, str]] = {kind: name for name, kind in SWEEP_FRAMEWORKS.items()}
+_SWEEP_NUMBERS: Final[tuple[tuple[str, str], ...]] = (
+    ("model_width", "model-width"), ("model_depth", "model-depth"), ("batch_size", "batch-size"), ("steps", "steps"))
+"""``sweep_values`` key -> the trainer option it is read from."""
+_SWEEP_DEVICE: Final[dict[str, str]] = {"cuda": "gpu"}  # the DDP trainer's word -> the sweep's
 
 
 class QtLaunchDialog(QtWidgets.QDialog):
@@ -42,6 +52,10 @@ class QtLaunchDialog(QtWidgets.QDialog):
         recent: recent launches, newest first, offered for re-running.
         initial: a spec to pre-fill (default: a 2-rank DDP run of the reference trainer).
     """
+
+    sig_sweep_requested = QtCore.Signal(object)
+    """The user asked for a sweep instead (the Sweep… button; the dialog has closed). Argument: ``sweep_values()``,
+    a dict for ``QtSweepDialog.prefill``."""
 
     def __init__(
         self,
@@ -68,6 +82,28 @@ class QtLaunchDialog(QtWidgets.QDialog):
         """Every problem with the form: unparsable fields, then the core's validation messages."""
         spec, form_errors = self._read_form()
         return form_errors + self._validate(spec)
+
+    def sweep_values(self) -> dict[str, object]:
+        """What a sweep shares with the launch in the form: the framework in the sweep's words (none for a script
+        launch) and, for the reference trainer, model width and depth, batch size per rank, steps, dataset and
+        device (an empty field: the trainer's default). A number that does not parse is left out."""
+        kind = self._kind()
+        values: dict[str, object] = {}
+        if kind in _SWEEP_FRAMEWORK:
+            values["frameworks"] = (_SWEEP_FRAMEWORK[kind],)
+        if not self.reference_radio.isChecked() or kind == "script":
+            return values  # the sweep runs the reference trainers: a script's options are not theirs
+        epochs = _option_value(self.option_widgets["epochs"])
+        for key, ident in _SWEEP_NUMBERS:
+            text = str(_option_value(self.option_widgets[ident]) or "")
+            if not text and not (ident == "steps" and epochs):  # trains by --epochs: the sweep keeps its steps
+                text = str(OPTIONS_BY_KEY[ident].default or "")
+            if text.isdigit():
+                values[key] = int(text)
+        values["dataset"] = _option_value(self.option_widgets["dataset"]) or OPTIONS_BY_KEY["dataset"].default
+        device = str(_option_value(self.option_widgets["device-ddp" if kind == "ddp" else "device-tf"]) or "auto")
+        values["device"] = _SWEEP_DEVICE.get(device, device)
+        return values
 
     def load_spec(self, spec: LaunchSpec) -> None:
         """Fill the form from ``spec`` (e.g. a recent launch)."""
@@ -121,7 +157,8 @@ class QtLaunchDialog(QtWidgets.QDialog):
         form.addRow("Trainer", trainer_row)
         self.script_edit = QtWidgets.QLineEdit()
         self.script_edit.setPlaceholderText("path/to/train.py")
-        form.addRow("Script", _with_browse(self.script_edit, self._browse_script))
+        self._script_row = _with_browse(self.script_edit, self._browse_script)
+        form.addRow("Script", self._script_row)
         self.args_edit = QtWidgets.QLineEdit()
         self.args_edit.setPlaceholderText("arguments, shell quoting")
         form.addRow("Arguments", self.args_edit)
@@ -202,7 +239,19 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.ok_button.setText("Launch")
         buttons.accepted.connect(self._accept_if_valid)
         buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        self.sweep_button = QtWidgets.QPushButton("Sweep…")
+        self.sweep_button.setAutoDefault(False)
+        self.sweep_button.setToolTip(
+            "Instead of one launch, a scaling sweep: the reference trainer of each framework chosen, on each rank "
+            "count (e.g. 1, 2, 4), one after the other, with this model, data and per-rank batch; then a report of "
+            "throughput, scaling efficiency, phase shares and cost per configuration, with a recommendation.\n"
+            "Opens the sweep dialog filled from this form.")
+        self.sweep_button.clicked.connect(self._request_sweep)
+        button_row = QtWidgets.QHBoxLayout()
+        button_row.addWidget(self.sweep_button)
+        button_row.addStretch(1)
+        button_row.addWidget(buttons)
+        layout.addLayout(button_row)
 
         for edit in (self.script_edit, self.args_edit, self.python_edit, self.base_port_edit, self.working_dir_edit,
                      self.hosts_edit, self.ssh_user_edit, self.ssh_key_edit):
@@ -242,7 +291,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             else:
                 errors.append(f"TF_CONFIG base port {port_text!r} is not a whole number; leave it empty for free ports")
         options: dict[str, OptionValue] = {}
-        framework = "ddp" if kind == "ddp" else "tf" if kind.startswith("tf_") else None
+        framework = _trainer_framework(kind)
         if reference and framework is not None:
             for option in options_for(framework):
                 value = _option_value(self.option_widgets[option.ident])
@@ -274,7 +323,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
         if kind == "script" and reference:
             self.script_radio.setChecked(True)  # re-enters _refresh with the script choice
             return
-        self._form.setRowVisible(self.script_edit.parentWidget(), not reference)
+        self._form.setRowVisible(self._script_row, not reference)
         self._form.setRowVisible(self.args_edit, not reference)
         self._form.setRowVisible(self.zero_code_check, not reference)
         remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored"
@@ -288,7 +337,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
         label = self._form.labelForField(self.processes_spin)
         if isinstance(label, QtWidgets.QLabel):
             label.setText(_PROCESS_LABEL[kind] + (" per host" if remote else ""))
-        framework = "ddp" if kind == "ddp" else "tf" if kind.startswith("tf_") else None
+        framework = _trainer_framework(kind)
         self.options_box.setVisible(reference and framework is not None)
         if framework is not None:
             applicable = {o.ident for o in options_for(framework)}
@@ -303,6 +352,11 @@ class QtLaunchDialog(QtWidgets.QDialog):
         if not self.errors():
             self.accept()
 
+    def _request_sweep(self) -> None:
+        values = self.sweep_values()
+        self.reject()  # closed first, so the sweep dialog opened by the signal is not behind a modal dialog
+        self.sig_sweep_requested.emit(values)
+
     def _use_recent(self, item: QtWidgets.QListWidgetItem) -> None:
         self.load_spec(self._recent[self.recent_list.row(item)])
 
@@ -316,6 +370,11 @@ class QtLaunchDialog(QtWidgets.QDialog):
         path = QtWidgets.QFileDialog.getExistingDirectory(self, "Working directory", self.working_dir_edit.text())
         if path:
             self.working_dir_edit.setText(path)
+
+
+def _trainer_framework(kind: LaunchKind) -> Framework | None:
+    """Whose reference trainer (and options) a launch kind uses; None for a script."""
+    return "ddp" if kind == "ddp" else "tf" if kind.startswith("tf_") else None
 
 
 # ---- Option widgets (one per option type) -------------------------------------------------------------------------

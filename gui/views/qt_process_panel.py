@@ -36,6 +36,9 @@ class QtProcessPanel(QtWidgets.QWidget):
     sig_run_finished = QtCore.Signal(str, bool)
     """Every process of a launch has ended (arguments: run id, True when all exited with code 0)."""
 
+    sig_sweep_requested = QtCore.Signal(object)
+    """The launch dialog's Sweep… button was clicked (argument: ``QtLaunchDialog.sweep_values()``)."""
+
     sig_stop_requested = QtCore.Signal(str)
     """The user asked a launch to stop (argument: its run id); emitted before the launcher signals its processes."""
 
@@ -263,6 +266,7 @@ class QtProcessPanel(QtWidgets.QWidget):
     def open_launch_dialog(self) -> Run | None:
         """Show the launch dialog (with this launcher's validation and the recent launches); start what is accepted."""
         dialog = QtLaunchDialog(launcher_validate=self.launcher.validate, recent=self.recent(), parent=self)
+        dialog.sig_sweep_requested.connect(self.sig_sweep_requested)
         if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
             return self._start_reporting(dialog.spec())
         return None

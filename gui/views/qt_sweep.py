@@ -7,22 +7,41 @@ advances it and reads its progress lines ("config 3 of 6: ddp, 2 ranks"). Cancel
 its trainers and writes what it measured), then SIGKILL to everything left after a grace period. At the end the
 report (DIR/sweep.html) is opened and the session (DIR/sweep.db) is offered for opening in a window.
 
+The form has every option of ``ringscope sweep``; those ``SweepRequest`` does not hold (model depth, price,
+timeout, the injected all-reduce delay) are added to its command line here, flag for flag, and the whole plan is
+checked by the CLI's ``problems``. ``prefill`` takes the values a launch shares with a sweep (the launch dialog's
+Sweep… button).
+
 The dialog does not close while its sweep runs: closing it cancels the sweep first.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
 from gui.core.launch.demo import gpu_count as detect_gpus
+from gui.core.launch.options import OPTIONS_BY_KEY
 from gui.core.launch.plan import ProcessPlan
 from gui.core.launch.process import ManagedProcess
-from gui.core.sweep.plan import DATASETS, DEVICES, FRAMEWORK_TITLES, FRAMEWORKS
+from gui.core.sweep.plan import (
+    COMM_DELAY_FRAMEWORKS,
+    DATASETS,
+    DEVICES,
+    FRAMEWORK_TITLES,
+    FRAMEWORKS,
+    SweepPlan,
+    parse_comm_delay,
+    parse_ranks,
+    problems,
+    resolve_device,
+)
 from gui.core.sweep.progress import (
     SweepProgress,
     SweepRequest,
@@ -39,6 +58,9 @@ STOP_GRACE_S = 30.0  # after Cancel the sweep still writes its reports (PDF incl
 OUTPUT_LINES = 2000
 LOG_LINES = 500
 QUIT_WAIT_S = 10.0
+DEFAULT_DEPTH = 2  # ringscope sweep's defaults (gui.commands.sweep; a test keeps them equal)
+DEFAULT_TIMEOUT_S = 900
+MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 class QtSweepDialog(QtWidgets.QDialog):
@@ -92,9 +114,47 @@ class QtSweepDialog(QtWidgets.QDialog):
             model_width=self.width_spin.value(), batch_size=self.batch_spin.value(),
             dataset=self.dataset_combo.currentText(), device=self.device_combo.currentText())
 
+    def command(self) -> list[str]:
+        """The command line the form's sweep runs: ``sweep_argv`` plus the options ``SweepRequest`` does not hold,
+        each written as its ``ringscope sweep`` flag (the price only when one is given)."""
+        argv = [*sweep_argv(self.request()), "--model-depth", str(self.depth_spin.value()),
+                "--timeout-per-run", str(self.timeout_spin.value())]
+        if self.price_spin.value() > 0:
+            argv += ["--price-per-gpu-hour", f"{self.price_spin.value():g}"]
+        for label, ms in self.comm_delays()[0].items():
+            argv += ["--comm-delay-ms-for", f"{label}={ms:g}"]
+        return argv
+
+    def comm_delays(self) -> tuple[dict[str, float], list[str]]:
+        """The injected all-reduce delays typed (``ddp:2=40, ddp:4=40``), parsed by the CLI's parser, and a message
+        for each entry it refuses."""
+        delays: dict[str, float] = {}
+        errors: list[str] = []
+        for entry in re.split(r"[,\s]+", self.delay_edit.text().strip()):
+            if not entry:
+                continue
+            try:
+                label, ms = parse_comm_delay(entry)
+            except ValueError as exc:
+                errors.append(f"all-reduce delay: {exc}")
+                continue
+            delays[label] = ms
+        return delays, errors
+
     def errors(self) -> list[str]:
-        """Every reason the form's sweep cannot start (the CLI's checks)."""
-        return request_errors(self.request(), cpu_count=self.cpu_count, gpu_count=self.gpu_count)
+        """Every reason the form's sweep cannot start: the CLI's checks, on the whole plan once the rest is valid."""
+        request = self.request()
+        delays, delay_errors = self.comm_delays()
+        errors = request_errors(request, cpu_count=self.cpu_count, gpu_count=self.gpu_count) + delay_errors
+        if errors:
+            return errors
+        ranks = parse_ranks(request.ranks)  # request_errors parsed them
+        plan = SweepPlan(frameworks=request.frameworks, ranks=ranks, steps=request.steps,
+                         model_width=request.model_width, model_depth=self.depth_spin.value(),
+                         batch_size=request.batch_size, dataset=request.dataset,
+                         device=resolve_device(request.device, self.gpu_count, max(ranks)), comm_delays=delays,
+                         python=request.python)
+        return problems(plan, cpu_count=self.cpu_count, gpu_count=self.gpu_count)
 
     def load(self, request: SweepRequest) -> None:
         """Fill the form from ``request``."""
@@ -109,6 +169,49 @@ class QtSweepDialog(QtWidgets.QDialog):
         self.out_edit.setText(request.out)
         self.revalidate()
 
+    def prefill(self, values: Mapping[str, object]) -> None:
+        """Fill the form from what a launch shares with a sweep (the launch dialog's ``sig_sweep_requested``).
+
+        Keys: ``frameworks`` (sweep names, e.g. ``tf-mirrored``, or launch kinds, e.g. ``tf_mirrored``), ``ranks``,
+        ``steps``, ``model_width``, ``model_depth``, ``batch_size``, ``dataset``, ``device`` (``cuda`` is ``gpu``),
+        ``price_per_gpu_hour``, ``timeout_per_run_s``, ``comm_delays`` (``{"ddp:2": 40.0}``) and ``out``. Unknown
+        keys, and values a field cannot take, are ignored; without a known framework the ticks stay as they are.
+        Nothing changes while a sweep runs: the form shows that sweep.
+        """
+        if self.running:
+            return
+        frameworks = _framework_names(values.get("frameworks"))
+        if frameworks:
+            for name, box in self.framework_boxes.items():
+                box.setChecked(name in frameworks)
+        for key, spin in self._number_fields().items():
+            number = values.get(key)
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                continue
+            if spin.minimum() <= number <= spin.maximum():
+                if isinstance(spin, QtWidgets.QDoubleSpinBox):
+                    spin.setValue(float(number))
+                elif float(number).is_integer():
+                    spin.setValue(int(number))
+        for key, combo in (("dataset", self.dataset_combo), ("device", self.device_combo)):
+            text = values.get(key)
+            text = "gpu" if text == "cuda" else text
+            if isinstance(text, str) and combo.findText(text) >= 0:
+                combo.setCurrentText(text)
+        ranks = values.get("ranks")
+        if isinstance(ranks, Iterable) and not isinstance(ranks, str):
+            ranks = ",".join(str(n) for n in ranks)
+        if isinstance(ranks, str):
+            self.ranks_edit.setText(ranks)
+        delays = values.get("comm_delays")
+        if isinstance(delays, Mapping):
+            delays = ", ".join(f"{label}={ms:g}" for label, ms in delays.items())
+        if isinstance(delays, str):
+            self.delay_edit.setText(delays)
+        if isinstance(values.get("out"), str):
+            self.out_edit.setText(str(values["out"]))
+        self.revalidate()
+
     @property
     def running(self) -> bool:
         """True while the sweep's process is alive (also while it is stopping)."""
@@ -121,7 +224,7 @@ class QtSweepDialog(QtWidgets.QDialog):
         request = self.request()
         self.running_request, self.progress, self.cancelled, self._seen_lines = request, [], False, 0
         self.log_view.clear()
-        self.process = ManagedProcess(ProcessPlan("sweep", sweep_argv(request), sweep_env()), "sweep", OUTPUT_LINES)
+        self.process = ManagedProcess(ProcessPlan("sweep", self.command(), sweep_env()), "sweep", OUTPUT_LINES)
         self.progress_bar.setRange(0, max(request.configuration_count(), 1))
         self.progress_bar.setValue(0)
         self._show_status(f"Starting {request.configuration_count()} configuration(s)…")
@@ -193,6 +296,10 @@ class QtSweepDialog(QtWidgets.QDialog):
         form.addRow("Steps per run", self.steps_spin)
         self.width_spin = self._spin(1, 65_536, "hidden units per MLP layer")
         form.addRow("Model width", self.width_spin)
+        depth = OPTIONS_BY_KEY["model-depth"]
+        self.depth_spin = self._spin(int(depth.minimum or 1), int(depth.maximum or 256), "hidden layers of the MLP",
+                                     DEFAULT_DEPTH)
+        form.addRow("Model depth", self.depth_spin)
         self.batch_spin = self._spin(1, 1_000_000, "samples per rank per step, the same in every configuration")
         form.addRow("Batch size per rank", self.batch_spin)
         self.dataset_combo = QtWidgets.QComboBox()
@@ -204,6 +311,27 @@ class QtSweepDialog(QtWidgets.QDialog):
         self.device_combo.setToolTip("auto: one GPU per rank when there are enough, else the CPU")
         self.device_combo.currentTextChanged.connect(self.revalidate)
         form.addRow("Device", self.device_combo)
+        self.price_spin = QtWidgets.QDoubleSpinBox()
+        self.price_spin.setRange(0.0, 100_000.0)
+        self.price_spin.setDecimals(2)
+        self.price_spin.setPrefix("$")
+        self.price_spin.setSpecialValueText(f"the agents' price, else ${DEFAULT_PRICE_PER_GPU_HOUR:.2f}")
+        self.price_spin.setToolTip("what one GPU costs per hour, for the cost per 1000 samples (on the CPU each rank "
+                                   "is priced as one GPU); at 0: the price the agents report, else "
+                                   f"${DEFAULT_PRICE_PER_GPU_HOUR:.2f}")
+        self.price_spin.valueChanged.connect(self.revalidate)
+        form.addRow("Price per GPU-hour", self.price_spin)
+        self.timeout_spin = self._spin(1, MAX_TIMEOUT_S, "a configuration still running after this long is stopped "
+                                                         "(the sweep goes on with the next)", DEFAULT_TIMEOUT_S)
+        self.timeout_spin.setSuffix(" s")
+        form.addRow("Timeout per configuration", self.timeout_spin)
+        self.delay_edit = QtWidgets.QLineEdit()
+        self.delay_edit.setPlaceholderText("none; e.g. ddp:2=40 (FRAMEWORK:RANKS=MS, comma-separated)")
+        self.delay_edit.setToolTip(
+            "Advanced, to see what a slow network does: milliseconds added to every all-reduce of a configuration "
+            f"(ringscope sweep --comm-delay-ms-for; {', '.join(COMM_DELAY_FRAMEWORKS)} only)")
+        self.delay_edit.textChanged.connect(self.revalidate)
+        form.addRow("Injected all-reduce delay", self.delay_edit)
         folder = QtWidgets.QHBoxLayout()
         self.out_edit = QtWidgets.QLineEdit()
         self.out_edit.setToolTip("sweep.db, sweep.csv, sweep.html and sweep.pdf are written here")
@@ -213,8 +341,8 @@ class QtSweepDialog(QtWidgets.QDialog):
         folder.addWidget(self.out_edit, 1)
         folder.addWidget(self.browse_button)
         form.addRow("Output folder", folder)
-        self.form_widgets = [*self.framework_boxes.values(), self.ranks_edit, self.steps_spin, self.width_spin,
-                             self.batch_spin, self.dataset_combo, self.device_combo, self.out_edit,
+        self.form_widgets = [*self.framework_boxes.values(), self.ranks_edit, *self._number_fields().values(),
+                             self.dataset_combo, self.device_combo, self.delay_edit, self.out_edit,
                              self.browse_button]
         layout.addLayout(form)
         self.error_label = QtWidgets.QLabel()
@@ -257,15 +385,23 @@ class QtSweepDialog(QtWidgets.QDialog):
             button.setAutoDefault(False)
             buttons.addWidget(button)
         layout.addLayout(buttons)
-        self.resize(640, 560)
+        self.resize(640, 660)
 
-    def _spin(self, low: int, high: int, tip: str) -> QtWidgets.QSpinBox:
+    def _spin(self, low: int, high: int, tip: str, value: int | None = None) -> QtWidgets.QSpinBox:
         spin = QtWidgets.QSpinBox()
         spin.setRange(low, high)
+        if value is not None:
+            spin.setValue(value)
         spin.setGroupSeparatorShown(True)
         spin.setToolTip(tip)
         spin.valueChanged.connect(self.revalidate)
         return spin
+
+    def _number_fields(self) -> dict[str, QtWidgets.QSpinBox | QtWidgets.QDoubleSpinBox]:
+        """The numeric fields by their ``prefill`` key."""
+        return {"steps": self.steps_spin, "model_width": self.width_spin, "model_depth": self.depth_spin,
+                "batch_size": self.batch_spin, "price_per_gpu_hour": self.price_spin,
+                "timeout_per_run_s": self.timeout_spin}
 
     # ---- Slots ---------------------------------------------------------------------------------------------------
 
@@ -363,6 +499,13 @@ class QtSweepDialog(QtWidgets.QDialog):
                                                           self.out_edit.text())
         if path:
             self.out_edit.setText(path)
+
+
+def _framework_names(value: object) -> list[str]:
+    """The sweep framework names in ``value`` (a name or several; launch kinds such as ``tf_mirrored`` accepted)."""
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else []
+    words = [str(name).strip().lower().replace("_", "-") for name in names]
+    return [word for word in words if word in FRAMEWORKS]
 
 
 def _is_default_folder(out: str) -> bool:

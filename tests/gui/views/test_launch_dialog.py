@@ -95,7 +95,8 @@ def test_options_shown_follow_the_framework(qtbot: QtBot) -> None:
     assert form.isRowVisible(widgets["fit"]) and not form.isRowVisible(widgets["compression"])
     assert form.isRowVisible(widgets["device-tf"]) and not form.isRowVisible(widgets["device-ddp"])
     assert form.isRowVisible(widgets["steps"])
-    assert dialog._form.labelForField(dialog.processes_spin).text() == "Devices"
+    label = dialog._form.labelForField(dialog.processes_spin)
+    assert isinstance(label, QtWidgets.QLabel) and label.text() == "Devices"
     choose_kind(dialog, "tf_multi_worker")
     assert dialog._form.isRowVisible(dialog.base_port_edit)
     dialog.script_radio.setChecked(True)
@@ -144,3 +145,73 @@ def test_hosts_make_a_run_over_ssh_and_bad_host_names_are_refused(qtbot: QtBot) 
     assert not dialog.ok_button.isEnabled() and "-oProxyCommand=sh" in dialog.error_label.text()
     choose_kind(dialog, "tf_mirrored")  # one process on one machine: no hosts
     assert not dialog._form.isRowVisible(dialog.hosts_edit) and dialog.spec().hosts == ()
+
+
+# ---- Sweep… -------------------------------------------------------------------------------------------------------
+
+
+def test_sweep_button_sits_left_of_launch_and_cancel_and_says_what_a_sweep_does(qtbot: QtBot) -> None:
+    dialog = make_dialog(qtbot)
+    box = dialog.findChild(QtWidgets.QDialogButtonBox)
+    assert box is not None
+    cancel = box.button(QtWidgets.QDialogButtonBox.StandardButton.Cancel)
+    sweep_at = dialog.sweep_button.mapTo(dialog, QtCore.QPoint(0, 0))
+    for button in (dialog.ok_button, cancel):
+        at = button.mapTo(dialog, QtCore.QPoint(0, 0))
+        assert sweep_at.x() + dialog.sweep_button.width() <= at.x() and abs(sweep_at.y() - at.y()) <= 2
+    assert dialog.sweep_button.text() == "Sweep…" and "scaling sweep" in dialog.sweep_button.toolTip()
+    assert not dialog.sweep_button.autoDefault() and dialog.sweep_button.isEnabled()
+
+
+def test_sweep_button_emits_what_a_sweep_shares_and_closes(qtbot: QtBot) -> None:
+    dialog = make_dialog(qtbot)
+    widgets = dialog.option_widgets
+    for ident, text in (("model-width", "128"), ("model-depth", "3"), ("batch-size", "16"), ("steps", "50")):
+        widgets[ident].setText(text)  # type: ignore[attr-defined]
+    widgets["dataset"].setCurrentIndex(widgets["dataset"].findData("synthetic"))  # type: ignore[attr-defined]
+    widgets["device-ddp"].setCurrentIndex(widgets["device-ddp"].findData("cuda"))  # type: ignore[attr-defined]
+    widgets["lr"].setText("0.1")  # type: ignore[attr-defined]  # not a sweep option: not passed
+    with qtbot.waitSignal(dialog.sig_sweep_requested, timeout=1000) as asked:
+        qtbot.mouseClick(dialog.sweep_button, QtCore.Qt.MouseButton.LeftButton)
+    assert asked.args == [{"frameworks": ("ddp",), "model_width": 128, "model_depth": 3, "batch_size": 16,
+                           "steps": 50, "dataset": "synthetic", "device": "gpu"}]
+    assert not dialog.isVisible() and dialog.result() == QtWidgets.QDialog.DialogCode.Rejected
+
+
+def test_sweep_values_follow_the_framework_and_the_trainer(qtbot: QtBot, tmp_path: Path) -> None:
+    dialog = make_dialog(qtbot)
+    choose_kind(dialog, "tf_mirrored")
+    dialog.option_widgets["model-width"].setText("")  # type: ignore[attr-defined]  # empty: the trainer's default
+    dialog.option_widgets["device-tf"].setCurrentIndex(  # type: ignore[attr-defined]
+        dialog.option_widgets["device-tf"].findData("cpu"))  # type: ignore[attr-defined]
+    values = dialog.sweep_values()
+    assert values["frameworks"] == ("tf-mirrored",) and values["model_width"] == 64 and values["device"] == "cpu"
+    dialog.option_widgets["steps"].setText("")  # type: ignore[attr-defined]
+    dialog.option_widgets["epochs"].setText("2")  # type: ignore[attr-defined]  # by epochs: the sweep keeps its steps
+    dialog.option_widgets["batch-size"].setText("1x")  # type: ignore[attr-defined]  # unparsable: left out
+    values = dialog.sweep_values()
+    assert "steps" not in values and "batch_size" not in values
+    choose_kind(dialog, "tf_multi_worker")
+    assert dialog.sweep_values()["frameworks"] == ("tf-multi-worker",)
+    dialog.script_radio.setChecked(True)  # the sweep runs reference trainers: a script's options are not theirs
+    assert dialog.sweep_values() == {"frameworks": ("tf-multi-worker",)}
+    choose_kind(dialog, "script")
+    assert dialog.sweep_values() == {}
+
+
+def test_the_sweep_dialog_takes_over_with_the_launch_values(qtbot: QtBot, tmp_path: Path) -> None:
+    from gui.core.sweep.progress import SweepRequest
+    from gui.views.qt_sweep import QtSweepDialog
+
+    sweep = QtSweepDialog(initial=SweepRequest(("ddp", "tf-mirrored"), "1,2", str(tmp_path / "out")), cpu_count=2,
+                          gpu_count=0)
+    qtbot.addWidget(sweep)
+    dialog = make_dialog(qtbot)
+    choose_kind(dialog, "tf_mirrored")
+    dialog.option_widgets["model-depth"].setText("6")  # type: ignore[attr-defined]
+    dialog.option_widgets["steps"].setText("75")  # type: ignore[attr-defined]
+    dialog.sig_sweep_requested.connect(sweep.prefill)
+    dialog.sweep_button.click()
+    request = sweep.request()
+    assert request.frameworks == ("tf-mirrored",) and sweep.depth_spin.value() == 6 and request.steps == 75
+    assert request.model_width == 64 and request.batch_size == 32 and request.device == "auto"

@@ -3,7 +3,8 @@ stopping a running one with no process left behind."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -15,6 +16,7 @@ from gui.core.sweep.progress import SESSION_NAME, SweepRequest, default_out_fold
 from gui.views.qt_sweep import QtSweepDialog
 
 SWEEP_TIMEOUT_MS = 180_000
+MakeDialog = Callable[[SweepRequest], QtSweepDialog]
 
 
 @pytest.fixture
@@ -24,7 +26,7 @@ def opened() -> list[QtCore.QUrl]:
 
 
 @pytest.fixture
-def make_dialog(qtbot: QtBot, opened: list[QtCore.QUrl]) -> Iterator[type[QtSweepDialog]]:
+def make_dialog(qtbot: QtBot, opened: list[QtCore.QUrl]) -> Iterator[MakeDialog]:
     dialogs: list[QtSweepDialog] = []
 
     def make(request: SweepRequest) -> QtSweepDialog:
@@ -34,14 +36,15 @@ def make_dialog(qtbot: QtBot, opened: list[QtCore.QUrl]) -> Iterator[type[QtSwee
         dialogs.append(dialog)
         return dialog
 
-    yield make  # type: ignore[misc]
+    yield make
     for dialog in dialogs:  # a failed test must not leave a sweep running
         if dialog.process is not None and dialog.process.alive:
             dialog.process.kill()
             dialog.stop_now()
 
 
-def test_the_form_is_checked_by_the_cli_checks_and_run_waits_for_a_valid_one(make_dialog, tmp_path: Path) -> None:
+def test_the_form_is_checked_by_the_cli_checks_and_run_waits_for_a_valid_one(make_dialog: MakeDialog,
+                                                                              tmp_path: Path) -> None:
     dialog = make_dialog(SweepRequest(("ddp",), "1,2", str(tmp_path / "out")))
     assert dialog.errors() == [] and dialog.ok_button.isEnabled() and not dialog.error_label.isVisible()
 
@@ -65,7 +68,7 @@ def test_the_form_is_checked_by_the_cli_checks_and_run_waits_for_a_valid_one(mak
 
 @pytest.mark.slow
 def test_a_tiny_sweep_runs_to_the_end_with_progress_and_opens_its_report(
-        make_dialog, qtbot: QtBot, opened: list[QtCore.QUrl]) -> None:
+        make_dialog: MakeDialog, qtbot: QtBot, opened: list[QtCore.QUrl]) -> None:
     out = Path(default_out_folder())  # under the tests' scratch XDG_DATA_HOME (conftest)
     dialog = make_dialog(SweepRequest(("ddp",), "1", str(out), steps=30))
     progressed: list[str] = []
@@ -94,7 +97,7 @@ def test_a_tiny_sweep_runs_to_the_end_with_progress_and_opens_its_report(
 
 
 @pytest.mark.slow
-def test_cancel_stops_a_running_sweep_and_leaves_no_process(make_dialog, qtbot: QtBot, tmp_path: Path,
+def test_cancel_stops_a_running_sweep_and_leaves_no_process(make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path,
                                                              opened: list[QtCore.QUrl]) -> None:
     out = tmp_path / "sweep"
     dialog = make_dialog(SweepRequest(("ddp",), "1", str(out), steps=1_000_000))
@@ -143,3 +146,87 @@ def test_the_window_menu_opens_one_sweep_dialog_whose_session_opens_like_file_op
     assert asked.args == ["/somewhere/sweep.db"]
     dialog.sig_progressed.emit("config 1 of 2: ddp, 1 rank")
     assert window.status.currentMessage() == "Sweep: config 1 of 2: ddp, 1 rank"
+
+
+# ---- The options beyond SweepRequest, and prefill -----------------------------------------------------------------
+
+
+def _cli_args(argv: list[str]) -> dict[str, object]:
+    """``argv`` (after ``python -m gui.cli``) parsed by the real ``ringscope`` parser."""
+    from gui.cli import build_parser
+
+    parsed = vars(build_parser().parse_args(argv))
+    return {key: value for key, value in parsed.items() if not key.startswith("_")}  # not the parser itself
+
+
+def test_every_option_reaches_the_command_as_the_cli_parses_its_flag(make_dialog: MakeDialog,
+                                                                     tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    dialog = make_dialog(SweepRequest(("ddp",), "1,2", out))
+    base = ["sweep", "--frameworks", "ddp", "--ranks", "1,2", "--out", out]
+    assert dialog.command()[:4] == [sys.executable, "-m", "gui.cli", "sweep"]
+    assert _cli_args(dialog.command()[3:]) == _cli_args(base)  # untouched: the CLI's own defaults, no price
+
+    dialog.depth_spin.setValue(5)
+    dialog.price_spin.setValue(3.25)
+    dialog.timeout_spin.setValue(120)
+    dialog.delay_edit.setText("ddp:2=40.5,  ddp:1=0")
+    assert dialog.errors() == [] and dialog.ok_button.isEnabled(), dialog.error_label.text()
+    typed = [*base, "--model-depth", "5", "--price-per-gpu-hour", "3.25", "--timeout-per-run", "120",
+             "--comm-delay-ms-for", "ddp:2=40.5", "--comm-delay-ms-for", "ddp:1=0"]
+    from_dialog, from_cli = _cli_args(dialog.command()[3:]), _cli_args(typed)
+    assert from_dialog == from_cli
+    assert (from_dialog["model_depth"], from_dialog["price_per_gpu_hour"], from_dialog["timeout_per_run"]) == (
+        5, 3.25, 120.0)
+    assert from_dialog["comm_delay_ms_for"] == [("ddp:2", 40.5), ("ddp:1", 0.0)]
+    assert dialog.comm_delays()[0] == {"ddp:2": 40.5, "ddp:1": 0.0}
+
+
+def test_the_new_fields_are_checked_inline_like_the_others(make_dialog: MakeDialog, tmp_path: Path) -> None:
+    dialog = make_dialog(SweepRequest(("ddp",), "1,2", str(tmp_path / "out")))
+    dialog.delay_edit.setText("ddp:2=fast")
+    assert not dialog.ok_button.isEnabled() and dialog.error_label.isVisible()
+    assert "all-reduce delay: expected FRAMEWORK:RANKS=MS" in dialog.error_label.text()
+    assert "'ddp:2=fast'" in dialog.error_label.text()
+    dialog.delay_edit.setText("ddp:4=40")  # the sweep runs ddp on 1 and 2 ranks only
+    assert "the sweep has no configuration ddp:4" in dialog.error_label.text() and not dialog.ok_button.isEnabled()
+    dialog.framework_boxes["tf-mirrored"].setChecked(True)
+    dialog.delay_edit.setText("tf-mirrored:2=40")
+    assert "only the ddp trainer can delay its all-reduce" in dialog.error_label.text()
+    dialog.delay_edit.setText("")
+    assert dialog.ok_button.isEnabled() and not dialog.error_label.isVisible(), dialog.error_label.text()
+    assert dialog.depth_spin.maximum() == 256 and dialog.depth_spin.minimum() == 1  # the trainer's own range
+    assert dialog.price_spin.text().startswith("the agents' price")  # 0: no --price-per-gpu-hour passed
+    assert {dialog.depth_spin, dialog.price_spin, dialog.timeout_spin, dialog.delay_edit} <= set(dialog.form_widgets)
+
+
+def test_prefill_sets_the_fields_it_knows_and_ignores_the_rest(make_dialog: MakeDialog,
+                                                               tmp_path: Path) -> None:
+    dialog = make_dialog(SweepRequest(("ddp",), "1,2", str(tmp_path / "out")))
+    dialog.prefill({"frameworks": ("tf_mirrored",), "model_width": 128, "model_depth": 4, "batch_size": 16,
+                    "steps": 50, "dataset": "synthetic", "device": "cuda", "price_per_gpu_hour": 1.5,
+                    "timeout_per_run_s": 60, "ranks": (1, 2), "comm_delays": {"ddp:2": 40.0}, "hosts": "node-1"})
+    request = dialog.request()
+    assert request.frameworks == ("tf-mirrored",) and request.ranks == "1,2"
+    assert (request.model_width, dialog.depth_spin.value(), request.batch_size, request.steps) == (128, 4, 16, 50)
+    assert (request.dataset, request.device) == ("synthetic", "gpu")
+    assert (dialog.price_spin.value(), dialog.timeout_spin.value()) == (1.5, 60)
+    assert dialog.delay_edit.text() == "ddp:2=40"
+
+    dialog.prefill({"frameworks": ("script",), "model_width": "wide", "model_depth": 0, "steps": 2.5,
+                    "device": "tpu", "batch_size": True})
+    assert dialog.request().frameworks == ("tf-mirrored",)  # no known framework: the ticks stay (one at least)
+    assert (dialog.width_spin.value(), dialog.depth_spin.value(), dialog.steps_spin.value()) == (128, 4, 50)
+    assert (dialog.batch_spin.value(), dialog.device_combo.currentText()) == (16, "gpu")
+    dialog.prefill({"frameworks": "ddp"})
+    assert dialog.request().frameworks == ("ddp",)
+    assert "needs 2 GPUs" in dialog.error_label.text()  # prefilled values are checked like typed ones
+
+
+def test_the_dialog_defaults_are_the_cli_defaults() -> None:
+    from gui.commands import sweep as cli
+    from gui.views import qt_sweep
+
+    assert qt_sweep.DEFAULT_TIMEOUT_S == cli.DEFAULT_TIMEOUT_S
+    defaults = _cli_args(["sweep", "--frameworks", "ddp", "--ranks", "1", "--out", "x"])
+    assert defaults["model_depth"] == qt_sweep.DEFAULT_DEPTH
