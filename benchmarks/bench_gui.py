@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import cProfile
 import os
+import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -35,11 +37,12 @@ def run(quick: bool = False) -> list[dict]:
     window = parts.window
     window.resize(1600, 1000)
     window.show()
-    latencies: list[np.ndarray] = []
     frame_costs: list[float] = []
-    seen = {"since": 0, "measuring": False, "frames": 0}
+    shown: list[tuple[float, int]] = []  # per frame with new data: (painted, steps the store had taken)
+    builds: list[tuple[float, float]] = []  # the ingest process's build of each new frame: wall, CPU seconds
+    seen = {"measuring": False, "frames": 0, "version": -1}
 
-    def on_frame(_snap: object) -> None:
+    def on_frame(snap: object) -> None:
         started = time.perf_counter()
         # Paint what the frame changed now (as the event loop would next), so "shown" means painted.
         # (graphics scenes queue their dirty-item processing, so it takes two passes)
@@ -47,10 +50,13 @@ def run(quick: bool = False) -> list[dict]:
         app.processEvents()
         painted = time.time()
         frame_costs.append(time.perf_counter() - started)
-        ends, seen["since"] = parts.store.step_end_times(seen["since"])
-        if seen["measuring"]:
+        version = getattr(snap, "version", -1)
+        if seen["measuring"] and version != seen["version"]:
             seen["frames"] += 1
-            latencies.append(painted - ends[np.isfinite(ends)])
+            shown.append((painted, int(getattr(snap, "steps_total", 0))))
+            if parts.ingest is not None and parts.ingest.frames is not None:
+                builds.append(parts.ingest.frames.build_s)
+        seen["version"] = version
 
     window.sig_frame_rendered.connect(on_frame)
     render_costs: list[float] = []
@@ -85,6 +91,7 @@ def run(quick: bool = False) -> list[dict]:
                 break
             time.sleep(0.005)
         ranks_seen = len(window.last_snapshot.ranks) if window.last_snapshot is not None else 0
+        ends = _EndTimes(parts.store)  # end_s of every step the store takes from now, fetched off the GUI thread
         frame_costs.clear()
         render_costs.clear()
         render_cpu.clear()
@@ -94,11 +101,12 @@ def run(quick: bool = False) -> list[dict]:
         QtCore.QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
         elapsed = time.monotonic() - started
+        ends.stop()
     finally:
         parts.close()
     if profiler is not None and profile_to:
         profiler.dump_stats(profile_to)
-    lat = np.concatenate(latencies) if latencies else np.zeros(0)
+    lat = ends.latencies(shown)
     ticks = len(render_costs) / elapsed  # timer ticks served: the refresh rate the user gets
     fps = seen["frames"] / elapsed  # ticks that had new data to draw (agents send in bursts, once per step)
     note = f"{ranks_seen}/{ranks} ranks at 10 steps/s, {seconds:.0f} s, offscreen 1600x1000"
@@ -128,7 +136,54 @@ def run(quick: bool = False) -> list[dict]:
         {"benchmark": "gui", "metric": "latency_p99", "value": 1000 * float(np.percentile(lat, 99)) if lat.size
          else float("nan"), "unit": "ms", "note": "target <= 250 ms"},
     ]
+    if builds:
+        wall, cpu = np.array(builds).T
+        rows.insert(7, {"benchmark": "gui", "metric": "ingest_frame_build_p50", "value": 1000 * float(np.median(wall)),
+                        "unit": "ms", "note": f"snapshot + frame encoding in the ingest process (CPU p50 "
+                        f"{1000 * float(np.median(cpu)):.1f} ms; p95 wall {1000 * float(np.percentile(wall, 95)):.1f} "
+                        "ms): off the GUI thread"})
     return rows
+
+
+class _EndTimes:
+    """Collects ``end_s`` of the steps a store takes, by ingest order, on a thread of its own (4 times a second:
+    the store keeps the last 65 536), so that frames can be matched to the steps they showed."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        _, self.first = store.step_end_times(1 << 62)  # where collecting starts: the store's count now
+        self._chunks: list[np.ndarray] = []
+        self._next = self.first
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-end-times", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self._fetch()
+
+    def _fetch(self) -> None:
+        values, total = self._store.step_end_times(self._next)
+        if total - self._next > values.size:  # fell behind the store's ring: pad what was lost with NaN
+            self._chunks.append(np.full(total - self._next - values.size, np.nan))
+        self._chunks.append(values)
+        self._next = total
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._fetch()
+
+    def latencies(self, shown: list[tuple[float, int]]) -> np.ndarray:
+        """Per step first shown in a frame: painted - end_s (steps taken before collecting started are left out)."""
+        ends = np.concatenate(self._chunks) if self._chunks else np.zeros(0)
+        out, before = [], self.first
+        for painted, total in shown:
+            if total > before:
+                new = ends[max(before - self.first, 0):total - self.first]
+                out.append(painted - new[np.isfinite(new)])
+                before = total
+        return np.concatenate(out) if out else np.zeros(0)
 
 
 if __name__ == "__main__":

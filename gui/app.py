@@ -23,15 +23,22 @@ from PySide6 import QtCore, QtWidgets
 
 from agent.keys import ENV_KEY, CollectorKeys
 from gui.core.analysis.runs import launch_outcome
-from gui.core.ingest.collector import Collector, CollectorError
-from gui.core.ingest.recorder import Recorder
+from gui.core.ingest.collector import CollectorError
 from gui.core.ingest.session import load as load_session
 from gui.core.launch import Launcher, connect_endpoint, remote_endpoint
 from gui.core.live.live_analysis import LiveAnalyzer
 from gui.core.live.runs import LiveRuns
 from gui.core.live.store import LiveStore
-from gui.core.live.watch import RunWatcher
-from gui.core.metrics import DEFAULT_METRICS_BIND, MetricsError, MetricsServer
+from gui.core.service.client import (
+    IngestError,
+    IngestProcess,
+    RemoteCollector,
+    RemoteRecorder,
+    RemoteRuns,
+    RemoteStore,
+    RemoteWatcher,
+)
+from gui.core.service.server import IngestSetup
 from gui.core.session_data import SessionData
 from gui.views import theme
 from gui.views.qt_background import start_background
@@ -52,26 +59,29 @@ def default_session_path() -> Path:
 class WindowParts:
     """Everything ``build_window`` made; ``close()`` stops it in the right order.
 
+    The collector, the live runs and the recorder live in the ingest process (``ingest``); ``runs``,
+    ``collector`` and ``recorder`` are the window's stand-ins for them (``gui.core.service.client``).
     ``store`` is the store of the run the window shows now (an empty store before any run).
     """
 
     window: QtMainWindow
-    runs: LiveRuns
-    collector: Collector
-    recorder: Recorder | None
+    runs: RemoteRuns
+    collector: RemoteCollector
+    recorder: RemoteRecorder | None
     launcher: Any = None
     analyzer: LiveAnalyzer | None = None
     simulation_stop: threading.Event = field(default_factory=threading.Event)
     simulation: threading.Thread | None = None
-    metrics: WindowMetrics | None = None
+    ingest: IngestProcess | None = None
 
     @property
-    def store(self) -> LiveStore:
-        """The selected run's live store (what every card and chart shows)."""
+    def store(self) -> LiveStore | RemoteStore:
+        """The selected run's store (what every card and chart shows)."""
         return self.window.store
 
-    def close(self) -> None:
-        """Stop the simulation, the timer, the collector, then the recorder (so it gets every last record)."""
+    def close(self) -> dict[str, Any]:
+        """Stop the simulation, the timer, the launches, then the ingest process (its collector, then its
+        recorder, so the recording gets every last record). Returns the ingest process's closing figures."""
         self.simulation_stop.set()
         self.window.timer.stop()
         self.window.cost_timer.stop()
@@ -83,35 +93,7 @@ class WindowParts:
             _note_launch_outcomes(self.window, self.runs, self.recorder)  # runs stopped by closing the window
         if self.simulation is not None:
             self.simulation.join(10)
-        if self.metrics is not None:
-            self.metrics.serve(0)
-        self.collector.close()
-        if self.recorder is not None:
-            self.recorder.close()
-
-
-class WindowMetrics:
-    """The window's Prometheus / OpenMetrics endpoint (Preferences ▸ Metrics endpoint port), loopback only."""
-
-    def __init__(self, runs: LiveRuns, counters: Callable[[], Any], recorder: Recorder | None,
-                 price: Callable[[], float | None]) -> None:
-        self._runs, self._counters, self._recorder, self._price = runs, counters, recorder, price
-        self.server: MetricsServer | None = None
-
-    def serve(self, port: int) -> str:
-        """Serve on ``port`` (0: stop); returns what happened, in words for the status bar."""
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        if not port:
-            return "metrics endpoint off"
-        server = MetricsServer(self._runs, self._counters, DEFAULT_METRICS_BIND, port, recorder=self._recorder,
-                               price_per_gpu_hour=self._price)
-        try:
-            self.server = server.start()
-        except MetricsError as exc:
-            return f"metrics endpoint not started: {exc}"
-        return f"metrics on {self.server.url} (Prometheus / OpenMetrics)"
+        return self.ingest.close() if self.ingest is not None else {}
 
 
 @dataclass
@@ -148,20 +130,15 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     prefs = preferences or load_preferences()
     if bind:
         prefs = replace(prefs, endpoint=bind)
-    runs = LiveRuns(lost_timeout_s=prefs.lost_timeout_s)
-    collector = Collector(prefs.endpoint, sinks=[runs], keys=keys)
-    recorder: Recorder | None = None
+    record_path: Path | None = None
     if record:
-        path = Path(record_to) if record_to else default_session_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        recorder = Recorder(path, meta={"command": " ".join(sys.argv)}).start()
-        collector.add_sink(recorder)
-    try:
-        collector.start()
-    except CollectorError:
-        if recorder is not None:
-            recorder.close()
-        raise
+        record_path = Path(record_to) if record_to else default_session_path()
+    ingest = IngestProcess(IngestSetup(bind=prefs.endpoint, record_to=str(record_path) if record_path else None,
+                                       meta={"command": " ".join(sys.argv)}, keys=keys,
+                                       lost_timeout_s=prefs.lost_timeout_s)).start()  # raises CollectorError
+    runs = RemoteRuns(ingest, prefs.lost_timeout_s)
+    collector = RemoteCollector(ingest)
+    recorder = RemoteRecorder(ingest, ingest.recording_path) if ingest.recording_path is not None else None
     launcher = Launcher(connect_endpoint(collector.endpoint),
                         agent_env={ENV_KEY: keys.agent_keys.token} if keys is not None else None,
                         remote_endpoint=remote_endpoint(collector.endpoint))
@@ -169,22 +146,28 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     session_source = _session_source(recorder)
     analyzer = LiveAnalyzer(session_source or (lambda: window_ref[0].store.to_session_data()),
                             _price_reader(window_ref, prefs), priced_until=runs.priced_until)
-    watcher = RunWatcher(runs, recorder.note_event if recorder is not None else None)
-    metrics = WindowMetrics(runs, lambda: collector.counters, recorder, _price_reader(window_ref, prefs))
+    ingest.price = _price_reader(window_ref, prefs)
+
+    def serve_metrics(port: int) -> str:
+        try:
+            return str(ingest.call("service", "serve_metrics", port))
+        except IngestError as exc:
+            return f"metrics endpoint not started: {exc}"
+
     window = QtMainWindow(runs, endpoint=collector.endpoint, preferences=prefs, recorder=recorder,
                           launcher=launcher, cost_panel=QtCostPanel(), analyzer=analyzer,
                           session_source=session_source,
-                          access_token=keys.agent_keys.token if keys is not None else None, watcher=watcher,
-                          metrics=metrics.serve)
+                          access_token=keys.agent_keys.token if keys is not None else None,
+                          watcher=RemoteWatcher(ingest), metrics=serve_metrics)
     window_ref.append(window)
     if prefs.metrics_port:
-        log.info("%s", metrics.serve(prefs.metrics_port))
+        log.info("%s", serve_metrics(prefs.metrics_port))
     if window.process_panel is not None:
         window.process_panel.sig_run_finished.connect(
             lambda run_id, _ok: _note_launch_outcomes(window, runs, recorder, run_id))
     window.sig_open_requested.connect(lambda path: open_viewer(path, prefs))
     analyzer.start()
-    parts = WindowParts(window, runs, collector, recorder, launcher, analyzer, metrics=metrics)
+    parts = WindowParts(window, runs, collector, recorder, launcher, analyzer, ingest=ingest)
     if simulate_ranks:
         parts.simulation = _start_simulation(parts, simulate_ranks, simulate_kwargs or {}, keys)
     return parts
@@ -330,7 +313,7 @@ def _quit_on_signals(app: QtWidgets.QApplication) -> None:
     heartbeat.start(200)
 
 
-def _session_source(recorder: Recorder | None) -> Callable[[], SessionData] | None:
+def _session_source(recorder: RemoteRecorder | None) -> Callable[[], SessionData] | None:
     """Where whole-run figures come from: the recording (complete); None without one (the runs' live stores)."""
     if recorder is None:
         return None
@@ -346,7 +329,7 @@ def _price_reader(window_ref: list[QtMainWindow], prefs: Preferences) -> Callabl
     return price
 
 
-def _note_launch_outcomes(window: QtMainWindow, runs: LiveRuns, recorder: Recorder | None,
+def _note_launch_outcomes(window: QtMainWindow, runs: LiveRuns | RemoteRuns, recorder: RemoteRecorder | None,
                           run_id: str | None = None) -> None:
     """Tell the runs and the recording how launched runs ended (all of a run's processes final): stopped from the
     window, failed (a process exited non-zero on its own) or finished. ``None``: every launched run that ended."""

@@ -26,7 +26,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from gui.core.analysis.hang import HangVerdict
 from gui.core.live.runs import LiveRuns, RunRow
 from gui.core.live.store import STATE_LOST, LiveStore, Snapshot
-from gui.core.live.watch import RunWatcher
+from gui.core.service.client import RemoteRuns, RemoteStore
 from gui.core.session_data import SessionData
 from gui.views.qt_access_token import show_access_token
 from gui.views.qt_background import BackgroundJob, start_background
@@ -85,15 +85,16 @@ class QtMainWindow(QtWidgets.QMainWindow):
     sig_open_requested = QtCore.Signal(str)
     """File > Open session… chose a recording (argument: its path); the app opens it in a read-only window."""
 
-    def __init__(self, source: LiveRuns | LiveStore, *, endpoint: str = "", preferences: Preferences | None = None,
-                 recorder: Any = None, launcher: Any = None,
+    def __init__(self, source: LiveRuns | RemoteRuns | LiveStore, *, endpoint: str = "",
+                 preferences: Preferences | None = None, recorder: Any = None, launcher: Any = None,
                  cost_panel: QtWidgets.QWidget | None = None, analyzer: Any = None,
                  session_source: Callable[[], SessionData] | None = None, access_token: str | None = None,
-                 read_only: str | None = None, watcher: RunWatcher | None = None,
+                 read_only: str | None = None, watcher: Any = None,
                  metrics: Callable[[int], str] | None = None) -> None:
         super().__init__()
-        self.runs: LiveRuns | None = source if isinstance(source, LiveRuns) else None
-        self.store: LiveStore = source if isinstance(source, LiveStore) else LiveStore()
+        self.runs: LiveRuns | RemoteRuns | None = None if isinstance(source, LiveStore) else source
+        self.store: LiveStore | RemoteStore = source if isinstance(source, LiveStore) else LiveStore()
+        self.ingest_failure: str | None = None  # why the ingest process ended, once it did (shown, never fatal)
         self.endpoint = endpoint
         self.access_token = access_token
         self.preferences = preferences or Preferences()
@@ -211,6 +212,14 @@ class QtMainWindow(QtWidgets.QMainWindow):
         if self.runs is None:
             return []
         self._last_runs_refresh = time.monotonic()
+        failure = getattr(self.runs, "failure", None)
+        if failure is not None and failure != self.ingest_failure:
+            self.ingest_failure = failure
+            where = f"; the recording up to then is intact: {self.recorder.path}" if self.recorder is not None else ""
+            self.status.export_notice.show_failure(
+                f"{failure}. No more telemetry is received; the window keeps what it shows{where}",
+                what="Collector stopped")
+            log.error("%s", failure)
         if self.watcher is not None:
             for notice in self.watcher.tick():  # refreshes the run states
                 self.hangs[notice.run_id] = notice.verdict
@@ -223,7 +232,12 @@ class QtMainWindow(QtWidgets.QMainWindow):
                                        shown is not None and self.runs.store(shown) is not None)
         if target is not None:
             self.select_run(target)
+        previous = self.run_row
         self.run_row = self.runs_model.run(self.selected_run_id) if self.selected_run_id is not None else None
+        if self.run_row is not None and (previous is None or previous.state != self.run_row.state):
+            # the Run card says the run's state: redraw the text at the next tick, even if no telemetry moves
+            self._text_key = ()
+            self._last_full_render = min(self._last_full_render, time.monotonic() - IDLE_REDRAW_S)
         self._update_title()
         return rows
 
@@ -378,6 +392,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         if self.launcher is not None:
             self.process_panel = QtProcessPanel(self.launcher)
             self.process_panel.sig_run_started.connect(self.note_launched)
+            self.process_panel.sig_sweep_requested.connect(lambda values: self.open_sweep_dialog().prefill(values))
             if self.runs is not None:
                 self.process_panel.sig_stop_requested.connect(self.runs.note_stop_requested)
             self.process_dock = QtWidgets.QDockWidget("Processes", self)

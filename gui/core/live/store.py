@@ -246,10 +246,11 @@ class LiveStore:
             return cached
         return self.snapshot(now_s)
 
-    def step_end_times(self, since: int) -> tuple[np.ndarray, int]:
-        """``end_s`` of the steps ingested after the first ``since`` (at most the last 65 536), and the new total."""
+    def step_end_times(self, since: int, until: int | None = None) -> tuple[np.ndarray, int]:
+        """``end_s`` of the steps ingested after the first ``since`` up to the first ``until`` (default: all; at
+        most the last 65 536), and where that ends (a frame's ``steps_total`` names the steps it showed)."""
         with self._lock:
-            total = self._steps_total
+            total = self._steps_total if until is None else min(until, self._steps_total)
             size = self._end_ring.size
             first = max(since, total - size)
             idx = np.arange(first, total) % size

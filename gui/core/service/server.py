@@ -1,0 +1,324 @@
+"""The ingest process: the collector, the live runs, the recorder, the run watcher and the metrics endpoint, in a
+process of their own, serving the window compact frames (``gui.core.service.frames``) over a socket pair.
+
+Why a process: decoding ~10 000 records a second, updating the stores and building a 1024-rank snapshot cost the
+window's GUI thread most of a core and the GIL; here they run beside it, and the GUI thread only draws. And a crash
+of either side does not take the other down: the window reports a dead ingest process and keeps what it shows; an
+ingest process whose window died keeps recording until its agents go quiet, then closes the file properly.
+
+Started by ``gui.core.service.client.IngestProcess`` as ``python -m gui.core.service.server FRAMES_FD CALLS_FD``.
+Two channels (``multiprocessing.connection.Connection`` over the inherited sockets):
+
+- frames (the GUI thread's): request ``("frame", run_id, base, want_rows, price)`` -> a reply dict with the
+  encoded snapshot of ``run_id`` (None when the run is not held), and, when asked or when new, the runs table rows,
+  the run ids held, the hang notices since the last reply and the recorder's figures;
+- calls (any window thread, serialised by the client): ``(target, method, args)`` -> ``("ok", value)`` or
+  ``("error", text)``, for the few things the window asks rarely (``ALLOWED`` lists them all).
+
+The first message on calls is the setup dict (``IngestSetup``: bind, keys, recording path, ...; keys travel here,
+never on a command line); the reply is ``("ready", endpoint, recording path)`` or ``("error", text)``.
+
+What it must never do: import Qt, exit without closing the recorder (every exit path closes it: close request,
+SIGTERM, the window gone and the agents quiet), or let a bad request stop it (answered with an error).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Final
+
+from agent.keys import CollectorKeys
+from gui.core.ingest.collector import Collector, CollectorError
+from gui.core.ingest.recorder import Recorder
+from gui.core.live.runs import LiveRuns
+from gui.core.live.watch import HangNotice, RunWatcher
+from gui.core.metrics import DEFAULT_METRICS_BIND, MetricsError, MetricsServer
+from gui.core.service.frames import FrameEncoder
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S: Final[float] = 0.25
+"""How often run states are decided and hangs recorded (whether or not a window asks)."""
+ORPHAN_QUIET_S: Final[float] = 30.0
+"""With its window gone, the process records until no message arrived for this long, then closes the file."""
+ALLOWED: Final[dict[str, frozenset[str]]] = {
+    "runs": frozenset({"note_launch", "note_stop_requested", "hang", "agent_of_rank", "priced_until",
+                       "set_lost_timeout_s", "run_ids", "rows", "get_hang_minimum_s", "set_hang_minimum_s"}),
+    "store": frozenset({"to_session_data", "step_end_times", "set_lost_timeout_s", "snapshot"}),
+    "recorder": frozenset({"note_launch", "note_event"}),
+    "collector": frozenset({"counters"}),
+    "service": frozenset({"serve_metrics", "crash", "pid"}),
+}
+"""Every call the window may make: target -> methods (``store`` calls name the run id as their first argument)."""
+
+
+@dataclass(frozen=True)
+class IngestSetup:
+    """What the window asks the ingest process to run."""
+
+    bind: str
+    record_to: str | None = None  # None: keep the session in memory only
+    meta: dict[str, str] = field(default_factory=dict)
+    keys: CollectorKeys | None = None
+    lost_timeout_s: float = 5.0
+    metrics_port: int = 0
+    orphan_quiet_s: float = ORPHAN_QUIET_S  # with the window gone: close after this long without a message
+
+
+class IngestService:
+    """The ingest side, built from an ``IngestSetup`` (usable in-process by tests of the protocol)."""
+
+    def __init__(self, setup: IngestSetup) -> None:
+        self.setup = setup
+        self.runs = LiveRuns(lost_timeout_s=setup.lost_timeout_s)
+        self.collector = Collector(setup.bind, sinks=[self.runs], keys=setup.keys)
+        self.recorder: Recorder | None = None
+        self.price: float | None = None
+        self.metrics: MetricsServer | None = None
+        self._encoder = FrameEncoder()
+        self._lock = threading.Lock()  # rows, notices and the watcher
+        self._watcher: RunWatcher | None = None
+        self._rows: list[Any] = []
+        self._rows_version = 0
+        self._notices: list[HangNotice] = []
+        self._stop = threading.Event()
+        self._watch_thread: threading.Thread | None = None
+        self._quiet = (-1, time.monotonic())  # (message count, when it last moved)
+
+    def start(self) -> IngestService:
+        """Open the recording and bind the collector; raises ``CollectorError`` / ``OSError`` with the reason."""
+        if self.setup.record_to is not None:
+            path = Path(self.setup.record_to)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.recorder = Recorder(path, meta=self.setup.meta).start()
+            self.collector.add_sink(self.recorder)
+        try:
+            self.collector.start()
+        except CollectorError:
+            if self.recorder is not None:
+                self.recorder.close()
+            raise
+        self._watcher = RunWatcher(self.runs, self.recorder.note_event if self.recorder is not None else None)
+        self._tick()
+        self._watch_thread = threading.Thread(target=self._watch_loop, name="ringscope-watch", daemon=True)
+        self._watch_thread.start()
+        if self.setup.metrics_port:
+            log.info("%s", self.serve_metrics(self.setup.metrics_port))
+        return self
+
+    # ---- Requests ------------------------------------------------------------------------------------------------
+
+    def frame(self, run_id: str | None, base: int, want_rows: int, price: float | None) -> dict[str, Any]:
+        """One reply on the frames channel (``want_rows``: the rows version the window holds, -1 for none)."""
+        self.price = price
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        store = self.runs.store(run_id) if run_id else None
+        frame = self._encoder.encode(store.snapshot(), base) if store is not None else None
+        reply: dict[str, Any] = {"frame": frame, "heat_columns": self._encoder.last_heat_columns,
+                                 "build_s": (time.perf_counter() - started, time.thread_time() - cpu_started),
+                                 "hang": self.runs.hang(run_id) if store is not None and run_id else None}
+        with self._lock:
+            if want_rows != self._rows_version:
+                reply["rows"] = (self._rows_version, self._rows, self.runs.run_ids())
+            if self._notices:
+                reply["notices"], self._notices = self._notices, []
+        if self.recorder is not None:
+            recorder = self.recorder
+            reply["recorder"] = {"file_bytes": _safe(lambda: recorder.file_bytes),
+                                 "write_errors": recorder.write_errors, "last_write_error": recorder.last_write_error,
+                                 "rows_written": recorder.rows_written, "dropped_records": recorder.dropped_records}
+        return reply
+
+    def call(self, target: str, method: str, args: tuple[Any, ...]) -> Any:
+        """One call on the calls channel (``ALLOWED`` only)."""
+        if method not in ALLOWED.get(target, ()):
+            raise ValueError(f"no such call: {target}.{method}")
+        if target == "runs":
+            if method == "set_lost_timeout_s":
+                self.runs.lost_timeout_s = float(args[0])
+                return None
+            if method == "get_hang_minimum_s":
+                return self.runs.hang_minimum_s
+            if method == "set_hang_minimum_s":
+                self.runs.hang_minimum_s = float(args[0])
+                return None
+            return getattr(self.runs, method)(*args)
+        if target == "store":
+            store = self.runs.store(str(args[0]))
+            if store is None:
+                raise KeyError(f"run {args[0]} is not held in memory")
+            if method == "set_lost_timeout_s":
+                store.lost_timeout_s = float(args[1])
+                return None
+            return getattr(store, method)(*args[1:])
+        if target == "recorder":
+            if self.recorder is None:
+                return None
+            return getattr(self.recorder, method)(*args)
+        if target == "collector":
+            return self.collector.counters
+        if method == "serve_metrics":
+            return self.serve_metrics(int(args[0]))
+        if method == "pid":
+            return os.getpid()
+        os.abort()  # "crash": the tests' way to kill this process mid-session, as a segfault would
+
+    def serve_metrics(self, port: int) -> str:
+        """Serve the metrics endpoint on ``port`` (0: stop); what happened, in words for the status bar."""
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+        if not port:
+            return "metrics endpoint off"
+        server = MetricsServer(self.runs, lambda: self.collector.counters, DEFAULT_METRICS_BIND, port,
+                               recorder=self.recorder, price_per_gpu_hour=lambda: self.price)
+        try:
+            self.metrics = server.start()
+        except MetricsError as exc:
+            return f"metrics endpoint not started: {exc}"
+        return f"metrics on {self.metrics.url} (Prometheus / OpenMetrics)"
+
+    def quiet_for_s(self) -> float:
+        """Seconds since the collector's message count last moved (or since this was first asked)."""
+        messages, now = self.collector.counters.messages, time.monotonic()
+        if messages != self._quiet[0]:
+            self._quiet = (messages, now)
+        return now - self._quiet[1]
+
+    def close(self) -> dict[str, Any]:
+        """Stop the watcher, the metrics endpoint and the collector, then the recorder (it gets every last record).
+        Returns the closing figures."""
+        self._stop.set()
+        if self._watch_thread is not None:
+            self._watch_thread.join(2.0)
+        if self.metrics is not None:
+            self.metrics.close()
+        self.collector.close()
+        figures: dict[str, Any] = {"messages": self.collector.counters.messages}
+        if self.recorder is not None:
+            self.recorder.close()
+            figures.update(rows_written=self.recorder.rows_written, write_errors=self.recorder.write_errors)
+        return figures
+
+    # ---- Internals -----------------------------------------------------------------------------------------------
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            try:
+                self._tick()
+            except Exception:  # a bug here must not stop the states from moving for good
+                log.exception("run watcher tick failed")
+
+    def _tick(self) -> None:
+        assert self._watcher is not None
+        notices = self._watcher.tick()
+        rows = self.runs.rows(refresh=False)
+        with self._lock:
+            self._notices.extend(notices)
+            del self._notices[:-100]  # a window that stopped asking does not make this grow
+            if rows != self._rows:
+                self._rows, self._rows_version = rows, self._rows_version + 1
+
+
+def serve(frames: Connection, calls: Connection) -> int:
+    """Run the ingest process on its two channels until told to close (0), or until its window is gone and its
+    agents are quiet (0); 2 when the setup failed (the window has the reason)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal reaches both: the window closes us in order
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        setup: IngestSetup = calls.recv()
+        service = IngestService(setup).start()
+    except (CollectorError, OSError, ValueError, EOFError) as exc:
+        _send(calls, ("error", str(exc) or type(exc).__name__))
+        return 2
+    _send(calls, ("ready", service.collector.endpoint,
+                  str(service.recorder.path) if service.recorder is not None else None))
+    window_gone = threading.Event()
+    threading.Thread(target=_serve_frames, args=(service, frames, window_gone), name="ringscope-frames",
+                     daemon=True).start()
+    threading.Thread(target=_serve_calls, args=(service, calls, window_gone, stop), name="ringscope-calls",
+                     daemon=True).start()
+    while not stop.wait(0.2):
+        if window_gone.is_set() and service.quiet_for_s() >= setup.orphan_quiet_s:
+            log.warning("the window is gone and no agent sent for %.0f s: closing the recording",
+                        setup.orphan_quiet_s)
+            break
+    figures = service.close()
+    _send(calls, ("closed", figures))
+    return 0
+
+
+def _serve_frames(service: IngestService, frames: Connection, window_gone: threading.Event) -> None:
+    while True:
+        try:
+            request = frames.recv()
+        except (EOFError, OSError):
+            window_gone.set()
+            return
+        try:
+            _, run_id, base, want_rows, price = request
+            reply: dict[str, Any] = service.frame(run_id, base, want_rows, price)
+        except Exception as exc:  # answered, not fatal: the window shows the error
+            log.exception("frame request failed")
+            reply = {"frame": None, "error": f"{type(exc).__name__}: {exc}"}
+        if not _send(frames, reply):
+            window_gone.set()
+            return
+
+
+def _serve_calls(service: IngestService, calls: Connection, window_gone: threading.Event,
+                 stop: threading.Event) -> None:
+    while True:
+        try:
+            request = calls.recv()
+        except (EOFError, OSError):
+            window_gone.set()
+            return
+        if request == ("close",):
+            stop.set()
+            return
+        try:
+            target, method, args = request
+            reply: tuple[str, Any] = ("ok", service.call(target, method, tuple(args)))
+        except Exception as exc:
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        if not _send(calls, reply):
+            window_gone.set()
+            return
+
+
+def _send(connection: Connection, message: Any) -> bool:
+    try:
+        connection.send(message)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _safe(read: Callable[[], int]) -> int | None:
+    try:
+        return int(read())
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gui.core.service.server FRAMES_FD CALLS_FD`` (started by the window, not by users)."""
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.WARNING, format="ringscope ingest: %(levelname)s %(name)s: %(message)s")
+    frames, calls = (Connection(int(fd)) for fd in args[:2])
+    return serve(frames, calls)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
