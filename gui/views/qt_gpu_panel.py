@@ -74,7 +74,8 @@ class QtGpuPanel(QtWidgets.QWidget):
         self.series_hover = HoverReadout(self.series_plot, self._describe_series)
         self._snap: Snapshot | None = None
         self._bar_names: list[str] = []
-        self._bar_values: list[tuple[float, float]] = []
+        self._bar_values: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0))  # utilization, memory %
+        self._short_names: tuple[list[str], list[str]] = ([], [])  # (names, their axis labels)
         self._labels_for_cpu: bool | None = None
         self._names_key: tuple[tuple[str, int, int | None], ...] = ()
         self._names: list[str] = []
@@ -132,10 +133,12 @@ class QtGpuPanel(QtWidgets.QWidget):
 
     def _render_bars(self, names: list[str], util: np.ndarray, mem: np.ndarray) -> None:
         self._bar_names = names
-        self._bar_values = list(zip(util.tolist(), mem.tolist(), strict=True))
+        self._bar_values = (util, mem)
+        if names is not self._short_names[0]:  # the same list while no GPU appears: 1024 labels cost ~1 ms
+            self._short_names = (names, [_short_name(n) for n in names])
         x = np.arange(len(names), dtype=float)
         set_range(self.bars_plot, x=(-0.6, max(len(names), 1) - 0.4))
-        label_rows(self.bars_plot, "bottom", x.tolist(), [_short_name(n) for n in names], max_labels=16)
+        label_rows(self.bars_plot, "bottom", x.tolist(), self._short_names[1], max_labels=16)
         ok = np.isfinite(util)
         idle = ok & (np.nan_to_num(util, nan=100.0) < theme.IDLE_UTIL_PCT)
         if len(names) > MAX_PAIRED_BARS:  # past this, paired bars merge into a block: utilization only
@@ -183,7 +186,7 @@ class QtGpuPanel(QtWidgets.QWidget):
         i = round(x)
         if not 0 <= i < len(self._bar_names):
             return None
-        util, mem = self._bar_values[i]
+        util, mem = float(self._bar_values[0][i]), float(self._bar_values[1][i])
         what = "CPU" if self.showing_cpu else "utilization"
         return (f"{self._bar_names[i]}\n{what}: {'no data' if np.isnan(util) else f'{util:.1f} %'}\n"
                 f"memory used: {'no data' if np.isnan(mem) else f'{mem:.1f} %'}")

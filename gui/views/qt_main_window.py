@@ -216,8 +216,8 @@ class QtMainWindow(QtWidgets.QMainWindow):
         if failure is not None and failure != self.ingest_failure:
             self.ingest_failure = failure
             where = f"; the recording up to then is intact: {self.recorder.path}" if self.recorder is not None else ""
-            self.status.export_notice.show_failure(
-                f"{failure}. No more telemetry is received; the window keeps what it shows{where}",
+            self.status.export_notice.show_failure(  # the first line shows, all of it in the tooltip
+                f"{failure}\nNo more telemetry is received; the window keeps what it shows{where}.",
                 what="Collector stopped")
             log.error("%s", failure)
         if self.watcher is not None:

@@ -18,6 +18,7 @@ from gui.views.qt_plot_tools import HoverReadout, column_percentiles, set_range
 from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MAX_LINES = 32
+LEGEND_RANKS = 8  # legend entries named one by one; past this, the first few, "…" and the last
 MAX_HOST_BANDS = 64  # more hosts than this: no host lines (they would be closer than a few pixels)
 MAX_HOST_LABELS = 12  # up to this many hosts, their names label the rank axis
 TOP_N = 8
@@ -52,10 +53,12 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.bucket_label.setToolTip("The run outgrew the kept buckets: neighbouring buckets were merged, so each "
                                      "point is the mean over this many seconds (the whole run stays visible).")
         header.addWidget(self.bucket_label)
-        header.addStretch(1)
         self.rank_legend = QtWidgets.QLabel("")  # which line is which rank (lines mode only)
         self.rank_legend.setToolTip("Line color per rank; lost ranks are grey and dashed.")
-        header.addWidget(self.rank_legend)
+        # a legend never widens the window: 16 ranks' entries side by side once made it 2 450 px wide at minimum
+        self.rank_legend.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
+        self.rank_legend.setAlignment(QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        header.addWidget(self.rank_legend, 1)  # what is left of the header's width, right-aligned
         layout.addLayout(header)
         self._legend_key: tuple[object, ...] = ()
         self.stack = QtWidgets.QStackedWidget()
@@ -203,12 +206,21 @@ class QtRankTimeline(QtWidgets.QWidget):
             self.rank_legend.setText("")
             return
         n = len(snap.ranks)
+        ranks = snap.ranks.tolist()
+        # past LEGEND_RANKS, the first few and the last (the colors run in rank order), then lost ones by name
+        shown = range(n) if n <= LEGEND_RANKS else [*range(LEGEND_RANKS - 2), n - 1]
         parts = []
-        for i, rank in enumerate(snap.ranks.tolist()):
+        for i in shown:
             lost = snap.state[i] == STATE_LOST
             color = theme.LOST_COLOR if lost else theme.rank_color(i, n).name()
-            parts.append(f'<span style="color:{color}">&#9644;</span>&nbsp;rank&nbsp;{int(rank)}'
+            parts.append(f'<span style="color:{color}">&#9644;</span>&nbsp;rank&nbsp;{int(ranks[i])}'
                          + (" (lost)" if lost else ""))
+        if n > LEGEND_RANKS:
+            parts.insert(LEGEND_RANKS - 2, "…")
+            lost_hidden = [int(ranks[i]) for i in range(LEGEND_RANKS - 2, n - 1) if snap.state[i] == STATE_LOST]
+            if lost_hidden:
+                parts.append(f'<span style="color:{theme.LOST_COLOR}">&#9644;</span>&nbsp;lost: '
+                             + ", ".join(map(str, lost_hidden[:4])) + (" …" if len(lost_hidden) > 4 else ""))
         self.rank_legend.setText("&nbsp;&nbsp;".join(parts))
 
     def _render_heatmap(self, snap: Snapshot) -> None:

@@ -8,8 +8,10 @@ snapshot it saves. Between two frames only a few heat columns and the GPUs sampl
 - heat columns by their stamp (``Snapshot.bucket_stamp``: a column's stamp changes whenever its contents do and is
   never shared): columns whose stamp the window already holds are taken from its previous frame, stamp 0 is a
   never-written (NaN) column, and only the others travel;
-- the GPU series that are new objects since the last frame (the store rebuilds only GPUs that took a reading), the
-  GPU order only when it changed, and the hosts tuples only when they are new objects.
+- the GPU series that are new objects since the last frame (the store rebuilds only GPUs that took a reading), at
+  most every ``GPU_EVERY_S`` and packed as arrays and tuples, the GPU order only when it changed, and the hosts
+  tuples only when they are new objects. ``GpuSeries.latest`` (the whole last NVML reading: power, clocks...) does
+  not travel: the metrics endpoint reads it in the ingest process, and no view does.
 
 A frame is a delta against the frame the window says it holds (``base``); the encoder sends a whole frame when the
 window holds another one (a run switch, the first frame), when the ranks or the bucket width changed.
@@ -22,12 +24,13 @@ hand out arrays a later frame writes into (decoded heat matrices are fresh and r
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 
-from gui.core.live.snapshot import GpuSeries, Snapshot, readonly
+from gui.core.live.snapshot import GpuSeries, HostState, Snapshot, readonly
 
 __all__ = ["FrameDecoder", "FrameEncoder", "FrameError"]
 
@@ -35,6 +38,10 @@ _HEAT: Final[tuple[str, ...]] = ("heat_data_wait_share", "heat_comm_exposed_shar
 _SPECIAL: Final[frozenset[str]] = frozenset({*_HEAT, "gpus", "host_states", "hosts"})
 _PLAIN: Final[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(Snapshot) if f.name not in _SPECIAL)
 _GpuKey = tuple[str, int]
+_Changed = tuple[int, list[tuple[int, tuple[Any, ...]]]]  # (how many, [(position, field values)])
+_SERIES_ARRAYS: Final[tuple[str, ...]] = ("ts_s", "util_pct", "mem_used_bytes")
+GPU_EVERY_S: Final[float] = 0.25
+"""GPU readings travel at most this often (the GPU panel redraws at most 4 times a second with many GPUs)."""
 
 
 class FrameError(ValueError):
@@ -59,9 +66,11 @@ class _Sent:
 class FrameEncoder:
     """Turns snapshots into frames for one window (ingest process side)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu_every_s: float = GPU_EVERY_S) -> None:
         self._sent: _Sent | None = None
         self._next_id = 1
+        self._gpu_every_s = gpu_every_s
+        self._gpus_sent_s = -math.inf
         self.last_heat_columns = 0  # heat columns the last frame carried (for the benchmark and tests)
 
     def encode(self, snap: Snapshot, base: int) -> dict[str, Any]:
@@ -83,14 +92,20 @@ class FrameEncoder:
         self.last_heat_columns = int(send.size)
         gpu_order = tuple((g.host, g.gpu_index) for g in snap.gpus)
         known = previous.gpus if delta and previous is not None else {}
+        gpus = snap.gpus
+        if (delta and previous is not None and gpu_order == previous.gpu_order
+                and 0 <= snap.now_s - self._gpus_sent_s < self._gpu_every_s):
+            gpu_order, gpus = previous.gpu_order, tuple(previous.gpus.values())  # the readings wait a little
+        else:
+            self._gpus_sent_s = snap.now_s
         out["gpu_order"] = gpu_order if not delta or previous is None or gpu_order != previous.gpu_order else None
-        out["gpus"] = [g for key, g in zip(gpu_order, snap.gpus, strict=True) if known.get(key) is not g]
+        out["gpus"] = _pack_gpus([g for key, g in zip(gpu_order, gpus, strict=True) if known.get(key) is not g])
         same_hosts = delta and previous is not None and previous.hosts is snap.hosts
         out["hosts"] = None if same_hosts else snap.hosts
-        same_states = delta and previous is not None and previous.host_states is snap.host_states
-        out["host_states"] = None if same_states else snap.host_states
+        held_states = previous.host_states if delta and previous is not None else ()
+        out["host_states"] = _pack_changed(held_states, snap.host_states)
         self._sent = _Sent(frame_id, snap.run_id, snap.ranks, snap.bucket_s, stamps,
-                           dict(zip(gpu_order, snap.gpus, strict=True)), gpu_order, snap.hosts, snap.host_states)
+                           dict(zip(gpu_order, gpus, strict=True)), gpu_order, snap.hosts, snap.host_states)
         return out
 
 
@@ -117,46 +132,92 @@ class FrameDecoder:
         n, t = len(plain["ranks"]), stamps.size
         send = frame["heat_send"]
         heat: dict[str, Any] = {}
-        if frame["base"] and previous is not None:
+        new_cols = old_cols = np.zeros(0, np.int64)
+        if frame["base"] and previous is not None:  # columns held: matched by stamp (unique per column contents)
             old_stamps = np.asarray(previous.bucket_stamp)
-            position = {int(s): i for i, s in enumerate(old_stamps.tolist()) if s}
-            new_cols, old_cols = [], []
-            for j, s in enumerate(stamps.tolist()):
-                i = position.get(int(s)) if s else None
-                if i is not None:
-                    new_cols.append(j)
-                    old_cols.append(i)
+            order = np.argsort(old_stamps, kind="stable")
+            at = order[np.minimum(np.searchsorted(old_stamps, stamps, sorter=order), old_stamps.size - 1)]
+            held = (old_stamps[at] == stamps) & (stamps != 0)
+            new_cols, old_cols = np.flatnonzero(held), at[held]
+        blank = np.ones(t, bool)  # never-written columns (stamp 0): NaN
+        blank[new_cols] = False
+        blank[send] = False
         for name in _HEAT:
-            matrix = np.full((n, t), np.nan, np.float32)
-            if frame["base"] and previous is not None and new_cols:
+            matrix = np.empty((n, t), np.float32)
+            if new_cols.size and previous is not None:
                 _copy_columns(matrix, getattr(previous, name), new_cols, old_cols)
             if send.size:
                 matrix[:, send] = frame["heat"][name]
+            if blank.any():
+                matrix[:, blank] = np.nan
             heat[name] = readonly(matrix)
         if not frame["base"]:
             self._gpus = {}
         if frame["gpu_order"] is not None:
             self._gpu_order = tuple(frame["gpu_order"])
-        for g in frame["gpus"]:
+        changed = _unpack_gpus(frame["gpus"])
+        for g in changed:
             self._gpus[(g.host, g.gpu_index)] = g
-        try:
-            gpus = tuple(self._gpus[key] for key in self._gpu_order)
-        except KeyError as exc:
-            raise FrameError(f"frame {frame['id']} names GPU {exc} it never sent") from exc
+        if frame["base"] and previous is not None and not changed and frame["gpu_order"] is None:
+            gpus = previous.gpus  # nothing new: the same tuple (the GPU panel skips an unchanged one)
+        else:
+            try:
+                gpus = tuple(self._gpus[key] for key in self._gpu_order)
+            except KeyError as exc:
+                raise FrameError(f"frame {frame['id']} names GPU {exc} it never sent") from exc
         if len(self._gpus) > len(self._gpu_order):  # a GPU left the order: forget its series
             self._gpus = {key: self._gpus[key] for key in self._gpu_order}
         hosts = frame["hosts"] if frame["hosts"] is not None else (previous.hosts if previous is not None else ())
-        states = (frame["host_states"] if frame["host_states"] is not None
-                  else (previous.host_states if previous is not None else ()))
+        states = _unpack_changed(previous.host_states if frame["base"] and previous is not None else (),
+                                 frame["host_states"])
         snap = Snapshot(**plain, **heat, gpus=gpus, host_states=states, hosts=hosts)
         self._snap, self.base = snap, int(frame["id"])
         return snap
 
 
-def _copy_columns(into: np.ndarray, source: np.ndarray, new_cols: list[int], old_cols: list[int]) -> None:
+def _pack_gpus(series: list[GpuSeries]) -> dict[str, Any] | None:
+    """GPU series as three concatenated arrays and plain tuples: unpickling a slots dataclass costs ~30 µs (its
+    ``__setstate__`` walks the fields), a tuple next to nothing; 1024 GPUs' readings make ~100 series a frame."""
+    if not series:
+        return None
+    return {"meta": [(g.host, g.gpu_index, g.name, g.rank, g.mem_total_bytes) for g in series],
+            "lengths": np.fromiter((g.ts_s.size for g in series), np.int64, len(series)),
+            **{name: np.concatenate([getattr(g, name) for g in series]) for name in _SERIES_ARRAYS}}
+
+
+def _unpack_gpus(packed: dict[str, Any] | None) -> list[GpuSeries]:
+    if packed is None:
+        return []
+    ends = np.cumsum(packed["lengths"]).tolist()
+    starts = [0, *ends[:-1]]
+    ts, util, mem = (readonly(packed[name]) for name in _SERIES_ARRAYS)  # slices below: views, no copies
+    return [GpuSeries(host, index, name, rank, ts[a:b], util[a:b], mem[a:b], total)
+            for a, b, (host, index, name, rank, total) in zip(starts, ends, packed["meta"], strict=True)]
+
+
+def _pack_changed(held: tuple[Any, ...], states: tuple[Any, ...]) -> _Changed | None:
+    """The host states that are not the objects the window holds (by position), as plain tuples; None: none."""
+    if len(held) == len(states) and all(a is b for a, b in zip(held, states, strict=True)):
+        return None
+    fields = [f.name for f in dataclasses.fields(HostState)]
+    return len(states), [(i, tuple(getattr(h, name) for name in fields)) for i, h in enumerate(states)
+                         if i >= len(held) or held[i] is not h]
+
+
+def _unpack_changed(held: tuple[Any, ...], packed: _Changed | None) -> tuple[Any, ...]:
+    if packed is None:
+        return held
+    count, changed = packed
+    states = list(held[:count]) + [None] * max(0, count - len(held))
+    for i, values in changed:
+        states[i] = HostState(*values)
+    return tuple(states)
+
+
+def _copy_columns(into: np.ndarray, source: np.ndarray, new_cols: np.ndarray, old_cols: np.ndarray) -> None:
     """``into[:, new_cols] = source[:, old_cols]``, as one slice copy when both runs are contiguous (the usual
     case: the ring moved by a bucket or not at all)."""
-    first_new, first_old, count = new_cols[0], old_cols[0], len(new_cols)
+    first_new, first_old, count = int(new_cols[0]), int(old_cols[0]), new_cols.size
     if new_cols[-1] - first_new == count - 1 and old_cols[-1] - first_old == count - 1:
         into[:, first_new:first_new + count] = source[:, first_old:first_old + count]
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import numpy as np
 import pytest
 from PySide6 import QtCore
@@ -128,3 +129,17 @@ def test_table_answers_its_roles_and_shows_new_values_without_a_reset(qtbot) -> 
         assert model.data(model.index(row, 1), role.DecorationRole) is None
         assert model.data(model.index(row, 1), role.SizeHintRole) is None
     assert model.columnCount() == len(COLUMNS)
+
+
+def test_a_many_rank_legend_is_short_and_never_widens_the_window(qtbot) -> None:  # type: ignore[no-untyped-def]
+    store = LiveStore()
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        _steps(store, list(range(16)), 1.7e9 + k * 0.1, k, rng)
+    view = QtRankTimeline("comm_exposed")
+    qtbot.addWidget(view)
+    view.render(store.snapshot(now_s=1.7e9 + 1))
+    text = view.rank_legend.text()
+    shown = [int(rank) for rank in re.findall(r"rank&nbsp;(\d+)", text)]
+    assert shown == [0, 1, 2, 3, 4, 5, 15] and "…" in text, text
+    assert view.minimumSizeHint().width() < 600  # 16 entries side by side made the window 2 450 px wide

@@ -31,7 +31,26 @@ def _same(a: object, b: object) -> bool:
 
 def assert_same_snapshot(decoded: Snapshot, original: Snapshot) -> None:
     for f in dataclasses.fields(Snapshot):
+        if f.name == "gpus":  # everything but the last whole NVML reading, which stays in the ingest process
+            assert _same(decoded.gpus, tuple(dataclasses.replace(g, latest=None) for g in original.gpus)), "gpus"
+            assert all(g.latest is None for g in decoded.gpus)
+            continue
         assert _same(getattr(decoded, f.name), getattr(original, f.name)), f.name
+
+
+def test_gpu_readings_travel_at_most_every_gpu_every_s_and_then_catch_up() -> None:
+    store = LiveStore()
+    store.on_batch(batch("a0", [hello("a0", [0]), step(0, 0, T0 + 0.1)]), T0 + 0.1)
+    encoder, decoder = FrameEncoder(gpu_every_s=0.25), FrameDecoder()
+    utils = []
+    for k in range(8):  # a reading every 0.1 s, a frame after each
+        now = T0 + 0.2 + 0.1 * k
+        store.on_batch(batch("a0", [GpuSample(now, "node0", 0, util_pct=float(k), mem_total_bytes=10)], seq=k + 1),
+                       now)
+        decoded, _ = _send(encoder, decoder, store.snapshot(now_s=now))
+        utils.append(decoded.gpus[0].util_pct[-1])
+    assert utils == [0.0, 0.0, 0.0, 3.0, 3.0, 3.0, 6.0, 6.0]  # readings held back at most 0.25 s, never lost
+    assert decoded.gpus[0].util_pct.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
 
 
 def _send(encoder: FrameEncoder, decoder: FrameDecoder, snap: Snapshot) -> tuple[Snapshot, dict]:
@@ -44,7 +63,7 @@ def test_every_decoded_frame_equals_the_store_snapshot_and_deltas_carry_only_cha
     ranks = 16
     for r in range(ranks):
         store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r], host=f"node{r // 8}")]), T0)
-    encoder, decoder = FrameEncoder(), FrameDecoder()
+    encoder, decoder = FrameEncoder(gpu_every_s=0.0), FrameDecoder()
     heat_sent, gpus_sent, merges, widths = [], [], 0, set()
     for k in range(300):
         end = T0 + (k + 1) * 0.1
@@ -63,7 +82,7 @@ def test_every_decoded_frame_equals_the_store_snapshot_and_deltas_carry_only_cha
         assert not decoded.heat_data_wait_share.flags.writeable
         if frame["base"]:
             heat_sent.append(frame["heat_send"].size)
-            gpus_sent.append(len(frame["gpus"]))
+            gpus_sent.append(len(frame["gpus"]["meta"]) if frame["gpus"] else 0)
         else:
             merges += 1
     assert len(widths) >= 3, widths  # the ring merged twice: whole frames then, deltas again after
@@ -77,11 +96,11 @@ def test_a_delta_against_a_frame_not_held_is_sent_whole_and_a_new_rank_resends_e
     for r in range(4):
         store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), T0)
         store.on_batch(batch(f"a{r}", [step(r, 0, T0 + 0.1)], seq=1), T0 + 0.1)
-    encoder, decoder = FrameEncoder(), FrameDecoder()
+    encoder, decoder = FrameEncoder(gpu_every_s=0.0), FrameDecoder()
     _send(encoder, decoder, store.snapshot(now_s=T0 + 0.1))
     decoder.forget()  # the window showed another run meanwhile
     decoded, frame = _send(encoder, decoder, store.snapshot(now_s=T0 + 0.2))
-    assert frame["base"] == 0 and len(frame["gpus"]) == len(decoded.gpus)
+    assert frame["base"] == 0 and frame["gpus"] is None and not decoded.gpus  # no GPU reported: none sent
     store.on_batch(batch("a9", [hello("a9", [9]), step(9, 0, T0 + 0.3)]), T0 + 0.3)
     snap = store.snapshot(now_s=T0 + 0.3)
     decoded, frame = _send(encoder, decoder, snap)
