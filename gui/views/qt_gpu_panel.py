@@ -11,15 +11,16 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets
 
 from agent.schema import field_doc
+from gui.core.live.gpu_summary import SUMMARY_ABOVE, WINDOW_S, summarize
+from gui.core.live.snapshot import GpuSummary
 from gui.core.live.store import Snapshot
 from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, column_percentiles, label_rows, make_plot, set_range
+from gui.views.qt_plot_tools import HoverReadout, label_rows, make_plot, set_range
 from gui.views.qt_time_range import clock_text, run_origin, time_plot
 
-MAX_LINES = 8
+MAX_LINES = SUMMARY_ABOVE  # more GPUs than this: the store's summary (median and p5-p95 band), not a line each
 MAX_PAIRED_BARS = 32
 MANY_REDRAW_S = 0.25  # past MAX_LINES GPUs: each GPU samples at ~2 Hz, so 4 redraws a second show every sample
-WINDOW_S = 120
 NO_GPU_TEXT = "No GPU on this host — showing CPU"
 UTIL_TOOLTIP = field_doc("util_pct") + " (share of time some kernel ran, not SM occupancy)"
 
@@ -118,16 +119,17 @@ class QtGpuPanel(QtWidgets.QWidget):
                 self._names = [f"{host}:{index}" + (f" (rank {rank})" if rank is not None else "")
                                for host, index, rank in key]
             names = self._names
-            util = np.fromiter((g.util_pct[-1] if g.util_pct.size else np.nan for g in gpus), float, len(gpus))
-            used = np.fromiter((g.mem_used_bytes[-1] if g.mem_used_bytes.size else np.nan for g in gpus), float,
-                               len(gpus))
-            total = np.fromiter((g.mem_total_bytes for g in gpus), float, len(gpus))
-            with np.errstate(all="ignore"):
-                mem = np.where(np.isfinite(total) & (total > 0), 100.0 * used / total, np.nan)
-            series = [(g.ts_s, g.util_pct) for g in gpus]
+            summary = snap.gpu_summary
+            if summary is None:  # few GPUs: a line each, figures from their series
+                summary = summarize(gpus, snap.ended_s if snap.ended else snap.now_s)
+            util, mem = summary.util_pct, summary.mem_pct
+            series = [(g.ts_s, g.util_pct) for g in gpus] if len(gpus) <= MAX_LINES else []
         self._render_bars(names, np.array(util, float), np.array(mem, float))
         origin = run_origin(snap)
-        self._render_series(series, origin, (snap.ended_s if snap.ended else snap.now_s) - origin)
+        if no_gpu or len(snap.gpus) <= MAX_LINES:
+            self._render_lines(series, origin)
+        else:
+            self._render_band(summary, origin)
 
     # ---- Drawing -------------------------------------------------------------------------------------------------
 
@@ -156,27 +158,30 @@ class QtGpuPanel(QtWidgets.QWidget):
         """Forget what was drawn (another run is shown now)."""
         self._snap = None
 
-    def _render_series(self, series: list[tuple[np.ndarray, np.ndarray]], origin: float, end: float) -> None:
-        """Readings over run time (``origin``: the run's start, Unix s; ``end``: seconds since it, now or its end)."""
-        many = len(series) > MAX_LINES
-        wanted = 1 if many else len(series)
-        while len(self.lines) < wanted:
+    def _render_lines(self, series: list[tuple[np.ndarray, np.ndarray]], origin: float) -> None:
+        """A line per GPU (or host) over run time (``origin``: the run's start, Unix s)."""
+        while len(self.lines) < len(series):
             pen = pg.mkPen(theme.rank_color(len(self.lines), MAX_LINES), width=1.5)
             line = pg.PlotDataItem([], [], pen=pen, connect="finite")
             self.series_plot.addItem(line)
             self.lines.append(line)
-        for line in self.lines[wanted:]:
+        for line in self.lines[len(series):]:
             line.setData([], [])
-        if not many:
-            self.band_low.setData([], [])
-            self.band_high.setData([], [])
-            for i, (line, (ts, values)) in enumerate(zip(self.lines, series, strict=False)):
-                line.setPen(pg.mkPen(theme.rank_color(i, MAX_LINES), width=1.5))
-                line.setData((ts - origin).astype(np.float64), values)
-            return
-        binned = _bin_series(series, origin + end)
-        low, mid, high = column_percentiles(binned, (0.05, 0.5, 0.95))
-        x = np.arange(-WINDOW_S, 0, dtype=np.float64) + 0.5 + end
+        self.band_low.setData([], [])
+        self.band_high.setData([], [])
+        for i, (line, (ts, values)) in enumerate(zip(self.lines, series, strict=False)):
+            line.setPen(pg.mkPen(theme.rank_color(i, MAX_LINES), width=1.5))
+            line.setData((ts - origin).astype(np.float64), values)
+
+    def _render_band(self, summary: GpuSummary, origin: float) -> None:
+        """Many GPUs: the median line and the p5-p95 band of the last ``WINDOW_S`` seconds (built by the store)."""
+        self._render_lines([], origin)
+        if not self.lines:
+            line = pg.PlotDataItem([], [], connect="finite")
+            self.series_plot.addItem(line)
+            self.lines.append(line)
+        low, mid, high = summary.band
+        x = np.arange(-WINDOW_S, 0, dtype=np.float64) + 0.5 + (summary.end_s - origin)
         self.lines[0].setData(x, mid)
         self.lines[0].setPen(pg.mkPen(theme.PHASE_COLORS["compute"], width=2))
         self.band_low.setData(x, np.nan_to_num(low))
@@ -195,30 +200,6 @@ class QtGpuPanel(QtWidgets.QWidget):
         if self._snap is None:
             return None
         return f"at {clock_text(x)} since run start\nvalue at cursor {y:.1f} %"
-
-
-def _bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.ndarray:
-    """GPUs x 1 s bins of the last ``WINDOW_S`` seconds (mean per bin, NaN where a GPU sent nothing)."""
-    size = len(series) * WINDOW_S
-    if not series:
-        return np.zeros((0, WINDOW_S))
-    # one pass over all GPUs' readings together: per-GPU numpy calls cost ~7 ms with 1024 GPUs
-    # only the readings inside the window (each series is oldest first): ~2/5 of what the store keeps
-    start = now - WINDOW_S
-    tails = [(ts[first:], v[first:]) for ts, v in series for first in (int(np.searchsorted(ts, start)),)]
-    lengths = np.fromiter((ts.size for ts, _ in tails), np.int64, len(tails))
-    # in place and in int32 where possible: every 2 MB temporary here is ~500 page faults (~1 ms on this VM)
-    offset = np.concatenate([ts for ts, _ in tails])
-    values = np.concatenate([v for _, v in tails])
-    np.subtract(offset, start, out=offset)
-    np.floor(offset, out=offset)
-    keep = (offset >= 0) & (offset < WINDOW_S) & np.isfinite(values)
-    flat = np.repeat(np.arange(0, size, WINDOW_S, dtype=np.int32), lengths)[keep]
-    flat += offset[keep].astype(np.int32)
-    sums = np.bincount(flat, values[keep], minlength=size)
-    counts = np.bincount(flat, minlength=size)
-    with np.errstate(all="ignore"):
-        return (sums / counts).reshape(len(series), WINDOW_S)
 
 
 def _short_name(name: str) -> str:

@@ -78,24 +78,6 @@ class HoverReadout(QtCore.QObject):
             QtWidgets.QToolTip.hideText()
 
 
-def column_percentiles(values: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
-    """Per-column quantiles of a ranks x time matrix ignoring NaN (NaN where a column is empty).
-
-    Sorting once and indexing is ~10x faster than ``np.nanpercentile`` on 1024 x 300.
-    """
-    if values.size == 0:
-        return np.full((len(quantiles), values.shape[1] if values.ndim == 2 else 0), np.nan)
-    ordered = np.sort(values, axis=0)  # NaN sort to the end
-    counts = np.sum(~np.isnan(values), axis=0)
-    out = np.full((len(quantiles), values.shape[1]), np.nan)
-    has = counts > 0
-    cols = np.flatnonzero(has)
-    for i, q in enumerate(quantiles):
-        rows = np.floor(q * (counts[has] - 1) + 0.5).astype(np.int64)
-        out[i, has] = ordered[rows, cols]
-    return out
-
-
 def seconds_ago(bucket_start_s: np.ndarray, bucket_s: float, now_s: float) -> np.ndarray:
     """Bucket centres as seconds relative to now (negative = in the past), float64 for fast clipping.
 

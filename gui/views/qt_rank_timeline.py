@@ -12,9 +12,10 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from agent.schema import field_doc
+from gui.core.live.gpu_summary import column_percentiles
 from gui.core.live.store import STATE_LOST, Snapshot
 from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, column_percentiles, set_range
+from gui.views.qt_plot_tools import HoverReadout, set_range
 from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MAX_LINES = 32

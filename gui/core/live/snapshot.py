@@ -62,6 +62,18 @@ class GpuSeries:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """Many GPUs at a glance (``gui.core.live.gpu_summary``): the latest utilization and memory per GPU (in
+    ``Snapshot.gpus`` order) and the utilization band (5th/50th/95th percentile per 1 s bin, oldest first, 3 x
+    ``WINDOW_S``) whose last bin ends at ``end_s`` (Unix s)."""
+
+    util_pct: np.ndarray
+    mem_pct: np.ndarray
+    end_s: float
+    band: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
 class HostState:
     """The latest reading of one host, with its CPU series (oldest first) for the no-GPU fallback chart."""
 
@@ -124,6 +136,7 @@ class Snapshot:
     ended_s: float = math.nan  # when the run ended (NaN while it runs): figures are frozen at that moment
     rank_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # steps received per rank
     rank_samples: np.ndarray = field(default_factory=lambda: np.zeros(0))  # samples per rank (NaN: not reported)
+    gpu_summary: GpuSummary | None = None  # past gpu_summary.SUMMARY_ABOVE GPUs: what the GPU panel draws
 
     @property
     def no_gpu(self) -> bool:
@@ -204,7 +217,7 @@ def build_snapshot(raw: dict[str, Any], now: float, bucket_s: float, lost_timeou
         heat_data_wait_share=readonly(heat["data_wait_s"]),
         heat_comm_exposed_share=readonly(heat["comm_exposed_s"]),
         cluster_phase_s={k: readonly(v.astype(np.float64)) for k, v in cluster.items()},
-        gpus=raw["gpus"], host_states=raw["hosts_state"],
+        gpus=raw["gpus"], host_states=raw["hosts_state"], gpu_summary=raw.get("gpu_summary"),
         framework=first.framework if first else "", strategy=first.strategy if first else "", world_size=world,
         started_s=min((h.started_s for h in hellos), default=math.nan),
         steps_per_s=steps_per_s, samples_per_s=samples_per_s,

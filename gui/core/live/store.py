@@ -31,6 +31,7 @@ import numpy as np
 from agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from agent.wire import Batch
 from gui.core.ingest.sink import Gap, Rejection
+from gui.core.live import gpu_summary
 from gui.core.live.device_series import DeviceSeries
 from gui.core.live.snapshot import (
     PHASES,
@@ -38,6 +39,7 @@ from gui.core.live.snapshot import (
     STATE_LOST,
     STATE_RUNNING,
     GpuSeries,
+    GpuSummary,
     HostState,
     LiveStraggler,
     Snapshot,
@@ -149,6 +151,7 @@ class LiveStore:
         self._steps_total = 0
         self._latest_end_s = math.nan
         self._end_ring = np.full(1 << 16, np.nan)  # end_s of ingested steps, for latency measurements
+        self._summary: tuple[int, GpuSummary] | None = None  # (GPUs it covers, the last many-GPU summary)
 
     # ---- Public API: IngestSink (collector thread) ---------------------------------------------------------------
 
@@ -233,9 +236,21 @@ class LiveStore:
             raw["straggler"] = cached.straggler
         else:
             self._straggler_judged_s = now
+        raw["gpu_summary"] = self._gpu_summary(raw["gpus"], raw["ended"][1] if raw["ended"] else now)
         snap = build_snapshot(raw, now, raw["bucket_s"], self.lost_timeout_s)
         self._cache = snap
         return snap
+
+    def _gpu_summary(self, gpus: tuple[GpuSeries, ...], end_s: float) -> GpuSummary | None:
+        """The many-GPU summary, rebuilt at most every ``gpu_summary.EVERY_S`` (or when GPUs appear)."""
+        if len(gpus) <= gpu_summary.SUMMARY_ABOVE:
+            return None
+        cached = self._summary
+        if cached is not None and cached[0] == len(gpus) and 0 <= end_s - cached[1].end_s < gpu_summary.EVERY_S:
+            return cached[1]
+        summary = gpu_summary.summarize(gpus, end_s)
+        self._summary = (len(gpus), summary)
+        return summary
 
     def recent_snapshot(self, now_s: float | None = None, max_age_s: float = 1.0) -> Snapshot:
         """The last snapshot a frame built, if it is younger than ``max_age_s``, else a new one: for readers that

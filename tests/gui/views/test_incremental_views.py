@@ -10,8 +10,8 @@ from PySide6 import QtCore
 
 from agent import wire
 from agent.schema import Step
+from gui.core.live.gpu_summary import WINDOW_S, bin_series
 from gui.core.live.store import LiveStore
-from gui.views.qt_gpu_panel import WINDOW_S, _bin_series
 from gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
 from gui.views.qt_ranks_table import COLUMNS, RanksTableModel
 
@@ -102,7 +102,7 @@ def test_gpu_bins_from_window_tails_equal_binning_every_reading() -> None:
         values = 100.0 * rng.random(n)
         values[rng.random(n) < 0.1] = np.nan  # unsupported readings
         series.append((ts, values))
-    np.testing.assert_allclose(_bin_series(series, now), _bin_reference(series, now), equal_nan=True)
+    np.testing.assert_allclose(bin_series(series, now), _bin_reference(series, now), equal_nan=True)
 
 
 def test_table_answers_its_roles_and_shows_new_values_without_a_reset(qtbot) -> None:  # type: ignore[no-untyped-def]

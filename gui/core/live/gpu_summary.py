@@ -1,0 +1,84 @@
+"""The many-GPU picture of one frame: each GPU's latest utilization and memory, and the fleet's utilization band
+(5th, 50th and 95th percentile per second) over the last ``WINDOW_S`` seconds.
+
+Past ``SUMMARY_ABOVE`` GPUs the window draws this instead of one line per GPU. It is built where the store is
+(the ingest process for a live window), at most every ``EVERY_S``, so the GUI thread draws 3 x 120 points and
+1024 bars instead of binning 1024 series itself every redraw.
+
+What it must never do: import Qt, or turn a missing reading into 0 (NaN stays NaN; an empty second is NaN).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from gui.core.live.snapshot import GpuSeries, GpuSummary
+
+__all__ = ["EVERY_S", "SUMMARY_ABOVE", "WINDOW_S", "GpuSummary", "bin_series", "column_percentiles", "summarize"]
+
+WINDOW_S: Final[int] = 120
+"""Seconds of GPU utilization the window's series chart shows, in 1 s bins."""
+SUMMARY_ABOVE: Final[int] = 8
+"""More GPUs than this are drawn as a band (the summary); up to this many, one line each."""
+EVERY_S: Final[float] = 0.25
+"""A summary is rebuilt at most this often (each GPU samples at ~2 Hz: 4 a second show every sample)."""
+QUANTILES: Final[tuple[float, float, float]] = (0.05, 0.5, 0.95)
+
+
+def summarize(gpus: tuple[GpuSeries, ...], end_s: float) -> GpuSummary:
+    """The summary of ``gpus`` with bins ending at ``end_s``."""
+    n = len(gpus)
+    util = np.fromiter((g.util_pct[-1] if g.util_pct.size else np.nan for g in gpus), float, n)
+    used = np.fromiter((g.mem_used_bytes[-1] if g.mem_used_bytes.size else np.nan for g in gpus), float, n)
+    total = np.fromiter((g.mem_total_bytes for g in gpus), float, n)
+    with np.errstate(all="ignore"):
+        mem = np.where(np.isfinite(total) & (total > 0), 100.0 * used / total, np.nan)
+    band = column_percentiles(bin_series([(g.ts_s, g.util_pct) for g in gpus], end_s), QUANTILES)
+    for array in (util, mem, band):
+        array.setflags(write=False)
+    return GpuSummary(util, mem, end_s, band)
+
+
+def bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.ndarray:
+    """Series x 1 s bins of the last ``WINDOW_S`` seconds before ``now`` (mean per bin, NaN where a series sent
+    nothing). Each series is oldest first."""
+    size = len(series) * WINDOW_S
+    if not series:
+        return np.zeros((0, WINDOW_S))
+    # one pass over all series' readings together: per-series numpy calls cost ~7 ms with 1024 GPUs
+    # only the readings inside the window: ~2/5 of what the store keeps
+    start = now - WINDOW_S
+    tails = [(ts[first:], v[first:]) for ts, v in series for first in (int(np.searchsorted(ts, start)),)]
+    lengths = np.fromiter((ts.size for ts, _ in tails), np.int64, len(tails))
+    # in place and in int32 where possible: every 2 MB temporary here is ~500 page faults (~1 ms on this VM)
+    offset = np.concatenate([ts for ts, _ in tails])
+    values = np.concatenate([v for _, v in tails])
+    np.subtract(offset, start, out=offset)
+    np.floor(offset, out=offset)
+    keep = (offset >= 0) & (offset < WINDOW_S) & np.isfinite(values)
+    flat = np.repeat(np.arange(0, size, WINDOW_S, dtype=np.int32), lengths)[keep]
+    flat += offset[keep].astype(np.int32)
+    sums = np.bincount(flat, values[keep], minlength=size)
+    counts = np.bincount(flat, minlength=size)
+    with np.errstate(all="ignore"):
+        return (sums / counts).reshape(len(series), WINDOW_S)
+
+
+def column_percentiles(values: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """Per-column quantiles of a rows x time matrix ignoring NaN (NaN where a column is empty).
+
+    Sorting once and indexing is ~10x faster than ``np.nanpercentile`` on 1024 x 300.
+    """
+    if values.size == 0:
+        return np.full((len(quantiles), values.shape[1] if values.ndim == 2 else 0), np.nan)
+    ordered = np.sort(values, axis=0)  # NaN sort to the end
+    counts = np.sum(~np.isnan(values), axis=0)
+    out = np.full((len(quantiles), values.shape[1]), np.nan)
+    has = counts > 0
+    cols = np.flatnonzero(has)
+    for i, q in enumerate(quantiles):
+        rows = np.floor(q * (counts[has] - 1) + 0.5).astype(np.int64)
+        out[i, has] = ordered[rows, cols]
+    return out
