@@ -132,6 +132,7 @@ def _measure(ranks: int, seconds: float) -> list[dict]:
         elapsed = time.monotonic() - started
         ingest_cpu = _cpu_s(parts.ingest.pid if parts.ingest is not None else None) - ingest_cpu
         gui_cpu = _cpu_s(os.getpid()) - gui_cpu
+        rss = (_rss_mb(os.getpid()), _rss_mb(parts.ingest.pid if parts.ingest is not None else None))
         ends.stop()
     finally:
         parts.close()
@@ -170,6 +171,9 @@ def _measure(ranks: int, seconds: float) -> list[dict]:
     rows.append({"benchmark": "gui", "metric": "ingest_process_cpu", "value": 100 * ingest_cpu / elapsed,
                  "unit": "% of a core", "note": f"collector, stores, recorder-less frames; the window's process: "
                  f"{100 * gui_cpu / elapsed:.0f} % (GUI thread, simulation driver); 2 cores in all"})
+    rows.append({"benchmark": "gui", "metric": "window_process_rss", "value": rss[0], "unit": "MB",
+                 "note": f"VmRSS at the end of the run; the ingest process: {rss[1]:.0f} MB (its hour-long figure: "
+                 "the memory topic)"})
     if builds:
         wall, cpu = np.array(builds).T
         rows.insert(7, {"benchmark": "gui", "metric": "ingest_frame_build_p50", "value": 1000 * float(np.median(wall)),
@@ -188,6 +192,17 @@ def _cpu_s(pid: int | None) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int | None) -> float:
+    """VmRSS of a process in MB (NaN when unknown)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return float("nan")
 
 
 class _EndTimes:
