@@ -34,8 +34,8 @@ def run(quick: bool = False) -> list[dict]:
     if runs == 1:
         return per_run[0]
     rows = []
-    for i, first in enumerate(per_run[0]):
-        values = [r[i]["value"] for r in per_run]
+    for first in per_run[0]:
+        values = [next((row["value"] for row in r if row["metric"] == first["metric"]), float("nan")) for r in per_run]
         shown = ", ".join(f"{v:.3g}" for v in values)
         rows.append({**first, "value": float(np.median(values)),
                      "note": f"median of {runs} runs ({shown}); " + first["note"]})
