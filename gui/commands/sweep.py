@@ -2,12 +2,19 @@
 
     ringscope sweep --frameworks ddp,tf-mirrored --ranks 1,2 --steps 200 --out sweep/
     ringscope sweep --frameworks ddp,tf-mirrored,tf-multi-worker --ranks 1,2,4 --model-width 256 --out sweep/
+    ringscope sweep --frameworks ddp --ranks 1,2,4 --script train.py --script-args "--epochs 1" --out sweep/
 
 Runs the reference trainer of each framework on each rank count, one after the other, with the same model, data
 and per-rank batch, all recorded into one session file (DIR/sweep.db, one run id per configuration). Then writes
 DIR/sweep.csv (one row per configuration: throughput, scaling efficiency = throughput(N) / (N x throughput(1)),
 phase shares, bytes per step, cost per 1000 samples), DIR/sweep.html and DIR/sweep.pdf (throughput against ranks
 with the ideal linear line, phase shares, cost, and a recommendation with its evidence).
+
+With --script, every configuration runs the user's script, unmodified, through the zero-code path of ringscope run
+(torchrun --nproc-per-node N for ddp; N TF_CONFIG workers for tf-multi-worker; the first N GPUs for tf-mirrored),
+with the same --script-args; the outputs then say that the footing was not checked (a script prints no
+RINGSCOPE_RESULT line). --model-width, --model-depth, --dataset, --batch-size and --steps configure the reference
+trainers only and are refused with --script.
 
 A sweep this machine cannot run (more ranks than cores on a CPU, or than GPUs; no 1-rank baseline; an unknown
 framework; a bad number) is refused before anything starts. On stderr, each configuration's start and end is also
@@ -41,7 +48,15 @@ from gui.commands._args import (
     seconds,
 )
 from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.sweep.plan import DATASETS, DEVICES, SweepPlan, parse_comm_delay, parse_frameworks, parse_ranks
+from gui.core.sweep.plan import (
+    DATASETS,
+    DEVICES,
+    SweepPlan,
+    parse_comm_delay,
+    parse_frameworks,
+    parse_ranks,
+    script_conflicts,
+)
 
 if TYPE_CHECKING:
     from gui.core.sweep.report import SweepReport
@@ -49,6 +64,8 @@ if TYPE_CHECKING:
 SESSION_NAME = "sweep.db"
 OUTPUT_NAMES = ("sweep.csv", "sweep.html", "sweep.pdf")
 DEFAULT_TIMEOUT_S = 900.0
+GIVEN = "_reference_options_given"
+"""The namespace attribute listing the reference trainers' options given on the command line (private: ``_``)."""
 T = TypeVar("T")
 
 
@@ -63,17 +80,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=output_folder, metavar="DIR",
                         help=f"folder for {SESSION_NAME}, {', '.join(OUTPUT_NAMES)} (created if missing; must not "
                              f"hold a {SESSION_NAME} yet)")
-    parser.add_argument("--steps", type=positive_int, default=200, metavar="N",
+    # The reference trainers' options note that they were given, so that one given with --script is refused.
+    parser.add_argument("--steps", type=positive_int, default=200, metavar="N", action=_ReferenceOption,
                         help="optimizer steps per run (default %(default)d)")
-    parser.add_argument("--model-width", type=positive_int, default=64, metavar="N",
+    parser.add_argument("--model-width", type=positive_int, default=64, metavar="N", action=_ReferenceOption,
                         help="hidden units per MLP layer (default %(default)d)")
-    parser.add_argument("--model-depth", type=positive_int, default=2, metavar="N",
+    parser.add_argument("--model-depth", type=positive_int, default=2, metavar="N", action=_ReferenceOption,
                         help="hidden layers of the MLP (default %(default)d)")
-    parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
+    parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", action=_ReferenceOption,
                         help="samples per rank per step, the same in every configuration (default %(default)d)")
-    parser.add_argument("--dataset", choices=DATASETS, default="digits",
+    parser.add_argument("--dataset", choices=DATASETS, default="digits", action=_ReferenceOption,
                         help="digits (scikit-learn, bundled) or synthetic (scales with --model-width; default "
                              "%(default)s)")
+    parser.add_argument("--script", default=None, metavar="PATH",
+                        help="sweep your own training script instead of the reference trainers: run unmodified "
+                             "through the zero-code path (as ringscope run), one framework only; the options above "
+                             "(--steps ... --dataset) then do not apply")
+    parser.add_argument("--script-args", type=_checked(_split_args), default=(), metavar='"ARGS"',
+                        help='arguments for --script, the same in every configuration, in one quoted word (e.g. '
+                             '--script-args "--epochs 1 --lr 0.1"; a single option: --script-args=--fast)')
     parser.add_argument("--device", choices=DEVICES, default="auto",
                         help="where ranks compute: auto = one GPU per rank when there are enough, else the CPU "
                              "(default %(default)s)")
@@ -90,12 +115,19 @@ def run(args: argparse.Namespace) -> int:
     from gui.core.launch.demo import gpu_count
     from gui.core.sweep.plan import problems, resolve_device
 
+    given = getattr(args, GIVEN, [])
+    if args.script is None and args.script_args:
+        return fail("sweep", "--script-args without --script: they are the arguments of your script; add --script "
+                             "PATH, or drop --script-args")
     gpus = gpu_count() if args.device != "cpu" else 0
     plan = SweepPlan(frameworks=args.frameworks, ranks=args.ranks, steps=args.steps, model_width=args.model_width,
                      model_depth=args.model_depth, batch_size=args.batch_size, dataset=args.dataset,
                      device=resolve_device(args.device, gpus, max(args.ranks)),
-                     comm_delays=dict(args.comm_delay_ms_for), python=sys.executable)
-    errors = problems(plan, cpu_count=os.cpu_count(), gpu_count=gpus)
+                     comm_delays=dict(args.comm_delay_ms_for), python=sys.executable,
+                     script=None if args.script is None else os.path.abspath(args.script),
+                     script_args=tuple(args.script_args))
+    errors = (script_conflicts(given) if plan.uses_script else []) + problems(plan, cpu_count=os.cpu_count(),
+                                                                             gpu_count=gpus)
     if errors:
         return fail("sweep", "; ".join(errors))
     out = Path(args.out)
@@ -169,10 +201,13 @@ def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
 def _summary(report: SweepReport, written: list[Path]) -> None:
     """The table of figures and the recommendation on stdout; the files written."""
     from gui.core.sweep.advice import money
+    from gui.core.sweep.report import throughput_unit
 
-    print(f"{'configuration':<22}{'samples/s':>12}{'efficiency':>12}{'stall':>8}{'compute':>9}{'per 1000':>12}")
+    unit = throughput_unit(report.rows)
+    print(f"{'configuration':<22}{unit:>12}{'efficiency':>12}{'stall':>8}{'compute':>9}{'per 1000':>12}")
     for row in report.rows:
-        print(f"{row.label:<22}{_fmt(row.samples_per_s, '{:,.0f}'):>12}{_fmt(row.efficiency, '{:.1%}'):>12}"
+        rate = "{:,.0f}" if row.samples_per_s is not None else "{:,.1f}"
+        print(f"{row.label:<22}{_fmt(row.throughput, rate):>12}{_fmt(row.efficiency, '{:.1%}'):>12}"
               f"{_fmt(row.allreduce_stall_share, '{:.0%}'):>8}{_fmt(row.compute_share, '{:.0%}'):>9}"
               f"{money(row.cost_per_1000_samples) if row.cost_per_1000_samples is not None else '-':>12}"
               + ("" if row.status == "ok" else f"  {row.status}"))
@@ -204,7 +239,25 @@ def _fmt(value: float | None, form: str) -> str:
 def _plan_json(plan: SweepPlan) -> dict[str, object]:
     return {"frameworks": list(plan.frameworks), "ranks": list(plan.ranks), "steps": plan.steps,
             "model_width": plan.model_width, "model_depth": plan.model_depth, "batch_size": plan.batch_size,
-            "dataset": plan.dataset, "device": plan.device, "comm_delays": plan.comm_delays}
+            "dataset": plan.dataset, "device": plan.device, "comm_delays": plan.comm_delays, "script": plan.script,
+            "script_args": list(plan.script_args)}
+
+
+class _ReferenceOption(argparse.Action):
+    """Stores the value, and notes the option (``--model-width``) in the namespace's ``GIVEN`` list."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, GIVEN, [*getattr(namespace, GIVEN, []), self.option_strings[0]])
+
+
+def _split_args(text: str) -> tuple[str, ...]:
+    """``"--epochs 1 --lr 0.1"`` -> its words, as a shell splits them."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ValueError(f"cannot split {text!r} into arguments ({exc}); check its quotes") from None
 
 
 def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:

@@ -3,8 +3,9 @@
 One sweep (DDP and MirroredStrategy on 1 and 2 ranks, 60 steps) is shared by the module; a second one (DDP only)
 injects a 40 ms all-reduce delay into ddp:2, which must scale worse and stall more than without it. Both run as the
 user would run them, ``python -m gui.cli sweep`` in a subprocess with a timeout, as does a third whose run outlives
---timeout-per-run (stopped, reported, no process left behind). The refusals run in-process: they must exit 2
-before anything starts or is written.
+--timeout-per-run (stopped, reported, no process left behind), and a fourth that sweeps a user's own plain DDP script
+(``--script``, no Ringscope import in it: the zero-code path instruments it). The refusals run in-process: they must
+exit 2 before anything starts or is written.
 """
 
 from __future__ import annotations
@@ -49,8 +50,42 @@ class Sweep:
         return next(line[len(prefix):] for line in self.stdout.splitlines() if line.startswith(prefix))
 
 
-def _sweep(out: Path, *args: str) -> Sweep:
-    command = [sys.executable, "-m", "gui.cli", "sweep", "--steps", "60", "--out", str(out), *args]
+USER_SCRIPT = """\
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, required=True)
+steps = parser.parse_args().steps
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(2048, 32), torch.randint(0, 4, (2048,)))
+loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data, seed=0))
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+done = 0
+while done < steps:
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        done += 1
+        if done == steps:
+            break
+dist.destroy_process_group()
+"""
+"""A user's plain DDP training on gloo/CPU: no Ringscope import, its step count from its own ``--steps``."""
+SCRIPT_STEPS = 40
+
+
+def _sweep(out: Path, *args: str, steps: str | None = "60") -> Sweep:
+    command = [sys.executable, "-m", "gui.cli", "sweep", *(["--steps", steps] if steps else []), "--out", str(out),
+               *args]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, check=False)
     sweep = Sweep(out, proc.returncode, proc.stdout, proc.stderr)
     assert sweep.returncode == 0, f"sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
@@ -120,6 +155,32 @@ def test_an_allreduce_delay_makes_its_configuration_scale_worse_and_stall_more(b
     # 40 ms per step on a step of a few ms: most of the step is the stall
     assert float(slow["allreduce_stall_share"]) > 0.5
     assert float(delayed.rows["ddp:1"]["comm_delay_ms"]) == 0
+
+
+@pytest.mark.slow
+def test_a_users_own_script_is_swept_through_the_zero_code_path(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(USER_SCRIPT)
+    sweep = _sweep(tmp_path / "out", "--frameworks", "ddp", "--ranks", "1,2", "--device", "cpu", "--script",
+                   str(script), "--script-args", f"--steps {SCRIPT_STEPS}", steps=None)
+    session = load(sweep.out / "sweep.db")
+    assert len(session.run_ids) == 2
+    assert sorted(session.for_run(run_id).world_size for run_id in session.run_ids) == [1, 2]
+    rows = sweep.rows
+    assert list(rows) == ["ddp:1", "ddp:2"]
+    one_rank = float(rows["ddp:1"]["samples_per_s"])
+    for label, row in rows.items():
+        ranks = int(row["ranks"])
+        assert row["status"] == "ok" and row["throughput_unit"] == "samples/s", label
+        assert int(row["steps"]) == SCRIPT_STEPS and int(row["global_batch"]) == 32 * ranks  # from recorded samples
+        assert float(row["samples_per_s"]) > 0
+        assert float(row["efficiency"]) == pytest.approx(float(row["samples_per_s"]) / (ranks * one_rank), rel=1e-6)
+        assert row["equal_footing"] == ("footing not checked: user script (same script and arguments for every "
+                                        "configuration)")
+        assert row["script"] == f"{script} --steps {SCRIPT_STEPS}" and row["model_width"] == ""
+    assert sweep.said("footing: ").startswith("Footing not checked: user script (same script and arguments for "
+                                              f"every configuration): every configuration ran {script} --steps")
+    assert "Footing not checked: user script" in (sweep.out / "sweep.html").read_text(encoding="utf-8")
 
 
 def test_refusals_exit_2_before_anything_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

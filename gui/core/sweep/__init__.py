@@ -23,11 +23,12 @@ from typing import Any
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("Advice", "recommend"), "gui.core.sweep.advice"),
-    **dict.fromkeys(("Footing", "SweepRow", "check_footing", "sweep_rows", "with_efficiency"),
+    **dict.fromkeys(("NOT_CHECKED", "Footing", "SweepRow", "check_footing", "sweep_rows", "with_efficiency"),
                     "gui.core.sweep.analysis"),
     "write_pdf": "gui.core.sweep.pdf",
     **dict.fromkeys(("FRAMEWORKS", "Configuration", "SweepPlan", "parse_comm_delay", "parse_frameworks", "parse_ranks",
-                     "problems", "process_plans", "resolve_device"), "gui.core.sweep.plan"),
+                     "problems", "process_plans", "resolve_device", "script_conflicts", "script_problems"),
+                    "gui.core.sweep.plan"),
     **dict.fromkeys(("CSV_COLUMNS", "SweepReport", "build_report", "csv_text", "render_html", "write_csv",
                      "write_html"), "gui.core.sweep.report"),
     **dict.fromkeys(("RunOutcome", "SweepRunner"), "gui.core.sweep.runner"),

@@ -109,7 +109,7 @@ def title(framework: str) -> str:
 
 
 def _lead(measured: list[SweepRow]) -> str:
-    fastest = max(measured, key=lambda row: _f(row.samples_per_s))
+    fastest = max(measured, key=lambda row: _f(row.throughput))
     priced = [row for row in measured if row.cost_per_1000_samples is not None]
     cheapest = min(priced, key=lambda row: _f(row.cost_per_1000_samples)) if priced else None
     if cheapest is None or cheapest is fastest:
@@ -144,9 +144,9 @@ def _scaling_evidence(measured: list[SweepRow]) -> str:
         if top.ranks == 1 or top.efficiency is None or base is None:
             parts.append(f"{framework}: measured on {_ranks(top.ranks)} only ({_rate(top)})")
             continue
-        ideal = top.ranks * _f(base.samples_per_s)
+        ideal = top.ranks * _f(base.throughput)
         parts.append(f"{framework}: {_ranks(top.ranks)} at {_pct(top.efficiency)} of linear ({_rate(top)}; ideal "
-                     f"{ideal:,.0f}, 1 rank {_rate(base)})")
+                     f"{ideal:,.{_digits(base)}f}, 1 rank {_rate(base)})")
     return "Best scaling efficiency at the largest rank count — " + "; ".join(parts)
 
 
@@ -195,7 +195,12 @@ def _ranks(count: int) -> str:
 
 
 def _rate(row: SweepRow) -> str:
-    return f"{_f(row.samples_per_s):,.0f} samples/s"
+    return f"{_f(row.throughput):,.{_digits(row)}f} {row.throughput_unit or 'samples/s'}"
+
+
+def _digits(row: SweepRow) -> int:
+    """Decimals of a rate: samples/s are in the hundreds or more; steps/s of a slow script may be below 10."""
+    return 0 if row.samples_per_s is not None or _f(row.throughput) >= 100 else 1
 
 
 def _pct(value: float | None) -> str:

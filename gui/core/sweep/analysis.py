@@ -2,8 +2,11 @@
 
 Each row's steady-state figures come from the analysis every session report uses (``gui.core.analysis.summary
 .analyze``: warm-up steps excluded) on that configuration's run of the session file, and its price from the cost
-model (``gui.core.analysis.cost``). Scaling efficiency is throughput(N) / (N x throughput(1)) of the same framework.
-Qt-free and framework-free; a figure that was not measured is None (an empty CSV cell), never 0.
+model (``gui.core.analysis.cost``). Scaling efficiency is throughput(N) / (N x throughput(1)) of the same framework,
+in samples/s, or in steps/s of all ranks for a user script whose steps carry no sample count (its batches do not come
+from a DataLoader the agent sees): the unit is named, never mixed. A user script's footing cannot be checked (it
+prints no ``RINGSCOPE_RESULT``): ``check_footing`` says so instead of claiming it. Qt-free and framework-free; a
+figure that was not measured is None (an empty CSV cell), never 0.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ SAMPLES_PRICED: Final[int] = 1000
 FOOTING_KEYS: Final[tuple[str, ...]] = ("dataset", "model_width", "model_depth", "parameters", "batch_size_per_rank",
                                         "optimizer", "lr", "seed")
 """What the trainers' ``footing`` reports (``trainers.common.footing``), compared across configurations."""
+NOT_CHECKED: Final[str] = "footing not checked: user script (same script and arguments for every configuration)"
+"""What the outputs say of a user script's sweep instead of an equal-footing check it could not do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +39,17 @@ class SweepRow:
 
     ``waiting_cost`` is the part of ``cost_per_1000_samples`` spent on idle phases (data wait, AllReduce stall,
     other); ``bytes_per_step`` the gradient bytes one rank all-reduces per step, when the agent reports it (DDP).
+    ``steps_per_s`` (steps of all ranks per second) is set instead of ``samples_per_s`` when the run's steps carry no
+    sample count (a user script's); such a row is not priced. ``global_batch`` is None when not known.
     """
 
     framework: str
     ranks: int
     run_id: str
-    global_batch: int
+    global_batch: int | None
     steps: int | None = None
     samples_per_s: float | None = None
+    steps_per_s: float | None = None
     efficiency: float | None = None
     data_wait_share: float | None = None
     compute_share: float | None = None
@@ -63,8 +71,18 @@ class SweepRow:
 
     @property
     def measured(self) -> bool:
-        """True when the run produced steady-state throughput."""
-        return self.samples_per_s is not None
+        """True when the run produced steady-state throughput (samples/s, or steps/s without sample counts)."""
+        return self.throughput is not None
+
+    @property
+    def throughput(self) -> float | None:
+        """Steady-state throughput in ``throughput_unit``: samples/s, else steps/s of all ranks."""
+        return self.samples_per_s if self.samples_per_s is not None else self.steps_per_s
+
+    @property
+    def throughput_unit(self) -> str:
+        """``samples/s``, ``steps/s`` (no sample counts were reported), or "" when not measured."""
+        return "samples/s" if self.samples_per_s is not None else "steps/s" if self.steps_per_s is not None else ""
 
     def ms_per_1000_samples(self, share: float | None) -> float | None:
         """Milliseconds of wall time per 1000 samples spent in a phase with this share of the step."""
@@ -75,12 +93,24 @@ class SweepRow:
 
 @dataclass(frozen=True, slots=True)
 class Footing:
-    """Whether every configuration trained the same thing: ``equal``, one sentence, and the differences found."""
+    """Whether every configuration trained the same thing: ``equal``, one sentence, and the differences found.
+
+    ``checked`` is False when nothing could be compared (a user script prints no footing): ``equal`` is then False
+    and ``text`` says the footing was not checked, and why.
+    """
 
     equal: bool
     text: str
     differences: tuple[str, ...] = ()
     values: Mapping[str, Any] | None = None
+    checked: bool = True
+
+    @property
+    def csv_value(self) -> str:
+        """``sweep.csv``'s ``equal_footing`` cell: yes, no, or the plain reason it was not checked."""
+        if not self.checked:
+            return NOT_CHECKED
+        return "yes" if self.equal else "no"
 
 
 # ---- Rows --------------------------------------------------------------------------------------------------------
@@ -91,8 +121,8 @@ def measure(session: SessionData, outcome: RunOutcome, plan: SweepPlan,
     """The row of one configuration from its run in ``session`` (efficiency is filled in by ``with_efficiency``)."""
     configuration = outcome.configuration
     row = SweepRow(configuration.framework, configuration.ranks, outcome.run_id,
-                   global_batch=plan.batch_size * configuration.ranks, comm_delay_ms=configuration.comm_delay_ms,
-                   status="ok" if outcome.ok else outcome.message)
+                   global_batch=None if plan.uses_script else plan.batch_size * configuration.ranks,
+                   comm_delay_ms=configuration.comm_delay_ms, status="ok" if outcome.ok else outcome.message)
     part = session.for_run(outcome.run_id) if outcome.run_id in session.run_ids else None
     if part is None or not len(part.steps["step"]):
         status = row.status if not outcome.ok else "no steps were recorded for this run"
@@ -102,10 +132,22 @@ def measure(session: SessionData, outcome: RunOutcome, plan: SweepPlan,
     steps = max((r.steps_total for r in analysis.per_rank), default=0)
     row = replace(row, steps=steps, price_per_gpu_hour=cost.price_per_gpu_hour, cost_unit=cost.unit,
                   bytes_per_step=_bytes_per_step(part))
-    if analysis.throughput is None or analysis.throughput_unit != "samples/s" or not analysis.overall.steps:
+    if plan.uses_script:
+        row = replace(row, global_batch=_global_batch(part))
+        if part.world_size != configuration.ranks and row.status == "ok":
+            # A script that placed its own ranks (e.g. its strategy picked other devices): not this configuration.
+            return replace(row, status=f"the script ran {part.world_size} rank(s), not {configuration.ranks}: "
+                                       "left out of the comparison")
+    steps_only = analysis.throughput_unit == "steps/s" and plan.uses_script
+    if analysis.throughput is None or not analysis.overall.steps or not (
+            analysis.throughput_unit == "samples/s" or steps_only):
         return replace(row, status=row.status if row.status != "ok" else "no steady-state samples were recorded")
     overall = analysis.overall
     shares = overall.shares if overall.phases_measured else {}
+    if steps_only:  # no sample counts: throughput in steps/s, and nothing to price per 1000 samples
+        return replace(row, steps_per_s=analysis.throughput, step_s=overall.step_s,
+                       data_wait_share=shares.get("data_wait"), compute_share=shares.get("compute"),
+                       allreduce_stall_share=shares.get("comm_exposed"), other_share=shares.get("other"))
     per_1000 = cost.devices * cost.price_per_gpu_hour * SAMPLES_PRICED / analysis.throughput / 3600.0
     idle = overall.idle_share if overall.phases_measured else float("nan")
     return replace(
@@ -116,13 +158,16 @@ def measure(session: SessionData, outcome: RunOutcome, plan: SweepPlan,
 
 
 def with_efficiency(rows: Sequence[SweepRow]) -> list[SweepRow]:
-    """``rows`` with ``efficiency`` = samples_per_s(N) / (N x samples_per_s(1)) of the same framework (None without
-    a measured 1-rank run of that framework)."""
-    baseline = {row.framework: row.samples_per_s for row in rows if row.ranks == 1 and row.samples_per_s}
+    """``rows`` with ``efficiency`` = throughput(N) / (N x throughput(1)) of the same framework, in the same unit
+    (None without a measured 1-rank run of that framework in that unit)."""
+    baseline = {row.framework: row for row in rows if row.ranks == 1 and row.throughput}
     out = []
     for row in rows:
         base = baseline.get(row.framework)
-        efficiency = row.samples_per_s / (row.ranks * base) if base and row.samples_per_s is not None else None
+        efficiency = None
+        if base is not None and base.throughput and row.throughput is not None \
+                and row.throughput_unit == base.throughput_unit:
+            efficiency = row.throughput / (row.ranks * base.throughput)
         out.append(replace(row, efficiency=efficiency))
     return out
 
@@ -131,6 +176,16 @@ def sweep_rows(session: SessionData, outcomes: Sequence[RunOutcome], plan: Sweep
                price_per_gpu_hour: float | None = None) -> list[SweepRow]:
     """Every configuration's row, in run order, with efficiencies."""
     return with_efficiency([measure(session, outcome, plan, price_per_gpu_hour) for outcome in outcomes])
+
+
+def _global_batch(part: SessionData) -> int | None:
+    """Samples per steady step of all ranks: the median per rank, summed (None when no sample count was reported)."""
+    steady = steady_mask(part.steps)
+    ranks = np.asarray(part.steps["rank"])[steady]
+    samples = np.asarray(part.steps["samples"], dtype=np.float64)[steady]
+    medians = [float(np.median(mine)) for rank in np.unique(ranks)
+               if len(mine := samples[(ranks == rank) & np.isfinite(samples)])]
+    return round(sum(medians)) if medians else None
 
 
 def _bytes_per_step(part: SessionData) -> float | None:
@@ -145,7 +200,12 @@ def _bytes_per_step(part: SessionData) -> float | None:
 
 def check_footing(outcomes: Sequence[RunOutcome], plan: SweepPlan) -> Footing:
     """Compare what each run says it trained (the ``footing`` of its ``RINGSCOPE_RESULT`` lines, and its world size)
-    with the first run and with the request: same data set, model, parameter count, per-rank batch, optimizer."""
+    with the first run and with the request: same data set, model, parameter count, per-rank batch, optimizer.
+    A user script prints no footing: the result then says the footing was not checked, and what was held equal."""
+    if plan.script is not None:
+        return Footing(False, f"{NOT_CHECKED[0].upper()}{NOT_CHECKED[1:]}: every configuration ran "
+                              f"{plan.script_command()} unmodified (zero-code instrumentation); its model, data and "
+                              "per-rank batch are the script's own and were not compared.", checked=False)
     requested = {"dataset": plan.dataset, "model_width": plan.model_width, "model_depth": plan.model_depth,
                  "batch_size_per_rank": plan.batch_size}
     reference: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
 from gui.core.sweep.advice import money
 from gui.core.sweep.analysis import SweepRow
 from gui.core.sweep.plan import SweepPlan
-from gui.core.sweep.report import FRAMEWORK_COLORS, IDEAL_DASH, SHARE_PHASES, SweepReport, row_value
+from gui.core.sweep.report import FRAMEWORK_COLORS, IDEAL_DASH, SHARE_PHASES, SweepReport, row_value, throughput_unit
 
 DOCUMENT = "Ringscope scaling sweep"
 
@@ -42,19 +42,20 @@ def write_pdf(report: SweepReport, path: str | Path) -> Path:
 
 
 def draw_throughput(ax: Axes, rows: Sequence[SweepRow], plan: SweepPlan) -> None:
-    """Samples/s against ranks per framework, each with its dashed ideal line N x throughput(1)."""
+    """Samples/s (steps/s for a script without sample counts) against ranks per framework, each with its dashed
+    ideal line N x throughput(1)."""
     ax.set_title("Throughput vs ranks (dashed: ideal linear)", fontsize=9, loc="left")
     ax.set_xlabel("ranks", fontsize=8)
-    ax.set_ylabel("samples/s (all ranks)", fontsize=8)
+    ax.set_ylabel(f"{throughput_unit(rows)} (all ranks)", fontsize=8)
     if not any(row.measured for row in rows):
         no_data(ax)
         return
     ranks = np.array(plan.ranks, dtype=np.float64)
     for framework in plan.frameworks:
         color = FRAMEWORK_COLORS.get(framework, COMPUTE.color)
-        values = np.array([row_value(rows, framework, n, "samples_per_s") for n in plan.ranks], dtype=np.float64)
+        values = np.array([row_value(rows, framework, n, "throughput") for n in plan.ranks], dtype=np.float64)
         ax.plot(ranks, values, color=color, marker="o", label=f"{framework} measured")
-        base = row_value(rows, framework, 1, "samples_per_s")
+        base = row_value(rows, framework, 1, "throughput")
         if base is not None:
             ax.plot(ranks, ranks * base, color=color, linestyle=(0, tuple(IDEAL_DASH)), linewidth=1,
                     label=f"{framework} ideal")
@@ -141,7 +142,8 @@ def _pages(report: SweepReport) -> list[Figure]:
     for line in report.advice.evidence:
         book.paragraph("• " + _plain(line), 8)
     book.heading("Equal footing")
-    book.paragraph(_plain(report.footing.text), 8.5, color="#222" if report.footing.equal else "#d62728")
+    book.paragraph(_plain(report.footing.text), 8.5,
+                   color="#222" if report.footing.equal else "#d62728" if report.footing.checked else "#555")
     book.chart_pair(0.3, lambda ax: draw_throughput(ax, report.rows, report.plan),
                     lambda ax: draw_efficiency(ax, report.rows, report.plan), sharey=False, gap=0.09)
 
@@ -152,7 +154,8 @@ def _pages(report: SweepReport) -> list[Figure]:
     book.chart(bars, lambda ax: draw_phase_shares(ax, report.rows), left=0.2)
     book.chart(bars, lambda ax: draw_cost(ax, report.rows), left=0.2, right=0.72)
     book.heading("All figures")
-    columns = [Column("Configuration", 0.16, bold=True), Column("Samples/s", 0.1, "right"),
+    unit = throughput_unit(report.rows).capitalize()
+    columns = [Column("Configuration", 0.16, bold=True), Column(unit, 0.1, "right"),
                Column("Efficiency", 0.09, "right"), Column("Stall", 0.07, "right"), Column("Compute", 0.08, "right"),
                Column("Per 1000 samples", 0.13, "right"), Column("Waiting", 0.13, "right"),
                Column("Status", RIGHT - LEFT - 0.76)]
@@ -164,7 +167,8 @@ def _pages(report: SweepReport) -> list[Figure]:
 
 
 def _table_row(row: SweepRow) -> tuple[str, ...]:
-    return (row.label, _number(row.samples_per_s, "{:,.0f}"), _number(row.efficiency, "{:.0%}"),
+    rate = "{:,.0f}" if row.samples_per_s is not None else "{:,.1f}"
+    return (row.label, _number(row.throughput, rate), _number(row.efficiency, "{:.0%}"),
             _number(row.allreduce_stall_share, "{:.0%}"), _number(row.compute_share, "{:.0%}"),
             money(row.cost_per_1000_samples) if row.cost_per_1000_samples is not None else "no data",
             money(row.waiting_cost) if row.waiting_cost is not None else "no data", row.status)

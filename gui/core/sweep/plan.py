@@ -1,15 +1,25 @@
-"""What a scaling sweep runs: frameworks x rank counts on the same model, data and per-rank batch, and the checks that
-refuse a sweep this machine cannot run before anything starts.
+"""What a scaling sweep runs: frameworks x rank counts on the same model, data and per-rank batch (the reference
+trainers, or one user script through the zero-code path), and the checks that refuse a sweep this machine cannot run
+before anything starts.
 
 Owns the sweep's words for frameworks (``ddp``, ``tf-mirrored``, ``tf-multi-worker``), the parsing of the command
 line's lists, ``SweepPlan.configurations`` (the order runs happen in), ``problems`` (every reason to refuse, in
 words) and ``process_plans`` (a configuration as the launcher's processes: ``gui.core.launch`` builds them, the
 sweep only adds the injected all-reduce delay). It never starts a process and never imports Qt or a framework.
+
+A user script (``SweepPlan.script``) runs as the launch dialog's *My script* with *Instrument automatically* and as
+``ringscope run`` do (``LaunchSpec(trainer=script, zero_code=True)``): unmodified, under torchrun for ``ddp``, as N
+TF_CONFIG workers for ``tf-multi-worker``, and for ``tf-mirrored`` on the first N GPUs only (``CUDA_VISIBLE_DEVICES``:
+the reference trainer splits the CPU into N logical devices from inside, which cannot be done to a script from
+outside, so a CPU ``tf-mirrored`` script sweep is refused).
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -29,6 +39,9 @@ FRAMEWORK_TITLES: Final[dict[str, str]] = {
     "tf-mirrored": "TF MirroredStrategy",
     "tf-multi-worker": "TF MultiWorkerMirroredStrategy",
 }
+REFERENCE_ONLY_OPTIONS: Final[tuple[str, ...]] = ("--model-width", "--model-depth", "--dataset", "--batch-size",
+                                                  "--steps")
+"""Sweep options that configure the reference trainers only: a user script takes its own (``--script-args``)."""
 COMM_DELAY_FRAMEWORKS: Final[tuple[str, ...]] = ("ddp",)
 """Frameworks whose reference trainer takes ``--comm-delay-ms`` (the DDP trainer's comm hook delays the all-reduce)."""
 DATASETS: Final[tuple[str, ...]] = ("digits", "synthetic")
@@ -63,6 +76,9 @@ class SweepPlan:
         device: "cpu" or "gpu" (``resolve_device`` turns "auto" into one of them).
         comm_delays: ``framework:ranks`` -> milliseconds of injected all-reduce delay (a test hook).
         python: the interpreter that runs the trainers.
+        script: the user's training script (None: the reference trainers); then ``steps``, ``model_width``,
+            ``model_depth``, ``batch_size`` and ``dataset`` do not apply (the script has its own, in ``script_args``).
+        script_args: the arguments after the script, the same in every configuration.
     """
 
     frameworks: tuple[str, ...]
@@ -75,6 +91,17 @@ class SweepPlan:
     device: str = "cpu"
     comm_delays: dict[str, float] = field(default_factory=dict)
     python: str = sys.executable
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
+
+    @property
+    def uses_script(self) -> bool:
+        """True when every configuration runs the user's script rather than the reference trainer."""
+        return self.script is not None
+
+    def script_command(self) -> str:
+        """The script and its arguments as a shell would read them (e.g. ``train.py --steps 40``); "" without one."""
+        return shlex.join([self.script, *self.script_args]) if self.script is not None else ""
 
     def configurations(self) -> list[Configuration]:
         """Every framework at every rank count: framework by framework, fewest ranks first."""
@@ -137,11 +164,11 @@ def resolve_device(device: str, gpus: int, most_ranks: int) -> str:
 def problems(plan: SweepPlan, *, cpu_count: int | None, gpu_count: int) -> list[str]:
     """Every reason this machine cannot run ``plan`` (empty: it can), each a sentence naming the value and the fix.
 
-    Checked here: a baseline of 1 rank (scaling efficiency is measured against it), ranks per core (CPU) or per GPU,
-    the injected delays, and each configuration as the launcher would check it (``gui.core.launch.validate``:
-    option ranges, the interpreter has torch / tensorflow).
+    Checked here: a user script (``script_problems``), a baseline of 1 rank (scaling efficiency is measured against
+    it), ranks per core (CPU) or per GPU, the injected delays, and each configuration as the launcher would check it
+    (``gui.core.launch.validate``: option ranges, the interpreter has torch / tensorflow).
     """
-    errors: list[str] = []
+    errors: list[str] = script_problems(plan, gpu_count=gpu_count)
     if 1 not in plan.ranks:
         errors.append(f"--ranks {_list(plan.ranks)} has no 1: scaling efficiency is throughput(N) / (N x "
                       f"throughput(1)), so every sweep needs a 1-rank run; add 1 (e.g. --ranks 1,{_list(plan.ranks)})")
@@ -158,7 +185,8 @@ def problems(plan: SweepPlan, *, cpu_count: int | None, gpu_count: int) -> list[
     if plan.device == "gpu" and "tf-multi-worker" in plan.frameworks:
         errors.append("tf-multi-worker on GPUs: its workers on one machine would all train on GPU 0; sweep it with "
                       "--device cpu, or drop it from --frameworks")
-    errors += _delay_problems(plan)
+    if plan.script is None:  # a script sweep refuses every delay (script_problems)
+        errors += _delay_problems(plan)
     if errors:
         return errors
     where: dict[str, list[str]] = {}  # one message for every configuration it applies to (an option out of range)
@@ -166,6 +194,41 @@ def problems(plan: SweepPlan, *, cpu_count: int | None, gpu_count: int) -> list[
         for message in validate(launch_spec(plan, configuration)):
             where.setdefault(message, []).append(configuration.label)
     return [f"{', '.join(labels)}: {message}" for message, labels in where.items()]
+
+
+def script_problems(plan: SweepPlan, *, gpu_count: int = 0) -> list[str]:
+    """Why ``plan.script`` cannot be swept as asked (empty without a script): the file, one framework, one that can
+    be given its rank count from outside."""
+    if plan.script is None:
+        return []
+    errors = []
+    if plan.comm_delays:
+        errors.append("--comm-delay-ms-for with --script: the injected all-reduce delay is a hook of the reference "
+                      "DDP trainer, which a user script does not have; drop --comm-delay-ms-for")
+    if not os.path.isfile(plan.script):
+        seen = "is a folder" if os.path.isdir(plan.script) else "does not exist"
+        errors.append(f"--script {plan.script!r} {seen}; give the path of your training script (a .py file)")
+    if len(plan.frameworks) != 1:
+        errors.append(f"--script with --frameworks {','.join(plan.frameworks)}: a script is written for one "
+                      "framework; sweep it with that one (e.g. --frameworks ddp)")
+    if "tf-mirrored" in plan.frameworks and plan.device != "gpu":
+        errors.append("--script with tf-mirrored on the CPU: a MirroredStrategy script's replica count cannot be set "
+                      "from outside (the reference trainer splits the CPU into N logical devices from inside; a "
+                      "script's MirroredStrategy sees one CPU device), so this sweep would not run N replicas; "
+                      "sweep your TF script with tf-multi-worker (N workers, TF_CONFIG), or tf-mirrored with "
+                      f"--device gpu (the first N GPUs; this machine has {gpu_count})")
+    return errors
+
+
+def script_conflicts(given: Sequence[str]) -> list[str]:
+    """The options in ``given`` (as typed, e.g. ``--model-width``) that a script sweep refuses, in one sentence each:
+    they configure the reference trainers only."""
+    refused = [option for option in REFERENCE_ONLY_OPTIONS if option in given]
+    if not refused:
+        return []
+    return [f"{', '.join(refused)} with --script: {'these configure' if len(refused) > 1 else 'it configures'} the "
+            "reference trainers only; give your script its own settings (steps, batch size, model) with "
+            "--script-args, e.g. --script-args \"--steps 200 --batch-size 64\""]
 
 
 def _delay_problems(plan: SweepPlan) -> list[str]:
@@ -201,7 +264,16 @@ def trainer_options(plan: SweepPlan, configuration: Configuration) -> dict[str, 
 
 
 def launch_spec(plan: SweepPlan, configuration: Configuration, run_id: str | None = None) -> LaunchSpec:
-    """The launch of one configuration, as the window's launcher would make it."""
+    """The launch of one configuration, as the window's launcher would make it (a user script: zero-code, as its
+    *My script* with *Instrument automatically* and ``ringscope run``)."""
+    if plan.script is not None:
+        env = {}
+        if configuration.framework == "tf-mirrored":
+            # MirroredStrategy() takes every visible GPU: showing it N is how N replicas are asked from outside.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in range(configuration.ranks))
+        return LaunchSpec(kind=FRAMEWORKS[configuration.framework], trainer=plan.script,
+                          script_args=plan.script_args, processes=configuration.ranks, env=env, run_id=run_id,
+                          python=plan.python, zero_code=True)
     return LaunchSpec(kind=FRAMEWORKS[configuration.framework], processes=configuration.ranks,
                       options=trainer_options(plan, configuration), run_id=run_id, python=plan.python)
 

@@ -36,8 +36,11 @@ CSV_COLUMNS: Final[tuple[str, ...]] = (
     # what every configuration trained (the equal-footing check) and which run of sweep.db it is
     "batch_size_per_rank", "model_width", "model_depth", "dataset", "equal_footing", "comm_delay_ms", "run_id",
     "status",
+    # a user script's sweep: its throughput when its steps carry no sample count, the unit, and what ran
+    "steps_per_s", "throughput_unit", "script",
 )
-"""``sweep.csv``'s header: one row per configuration; an empty cell is a figure that was not measured."""
+"""``sweep.csv``'s header: one row per configuration; an empty cell is a figure that was not measured (a user
+script's sweep leaves the reference trainers' batch_size_per_rank, model_width, model_depth and dataset empty)."""
 FRAMEWORK_COLORS: Final[dict[str, str]] = {"ddp": "#59a14f", "tf-mirrored": "#b07aa1", "tf-multi-worker": "#9c755f"}
 """One color per framework in the sweep's charts (not a phase color: phases have theirs)."""
 IDEAL_DASH: Final[list[int]] = [6, 4]
@@ -52,6 +55,7 @@ STYLE_EXTRA = """
 ul.evidence li{margin:.25em 0}
 .wide{width:260px}
 .nowrap{white-space:nowrap}
+.unchecked{border-left:4px solid #888;padding:.3em .8em;background:#f4f4f4}
 p.reason{margin:.4em 0 .4em .9em}
 """
 
@@ -74,6 +78,9 @@ class SweepReport:
         p = self.plan
         frameworks = " vs ".join(title(f) for f in p.frameworks)
         ranks = ", ".join(str(n) for n in p.ranks)
+        if p.uses_script:
+            return (f"{frameworks} on {ranks} rank(s) · user script {p.script_command()} (zero-code) · "
+                    f"{p.device.upper()} · {when_text(self.created_s)} · {duration_text(self.wall_s)}")
         return (f"{frameworks} on {ranks} rank(s) · {p.steps} steps per run · {p.dataset}, MLP width "
                 f"{p.model_width} x depth {p.model_depth}, {p.batch_size} samples per rank per step · "
                 f"{p.device.upper()} · {when_text(self.created_s)} · {duration_text(self.wall_s)}")
@@ -82,13 +89,19 @@ class SweepReport:
         """How the figures were measured, in sentences (HTML and PDF show the same)."""
         unit = next((row.cost_unit for row in self.rows if row.cost_unit), "GPU-hours")
         price = next((row.price_per_gpu_hour for row in self.rows if row.price_per_gpu_hour is not None), None)
+        what = ("the reference trainer (trainers/ddp_trainer.py under torchrun, trainers/tf_trainer.py for TensorFlow)"
+                if not self.plan.uses_script else
+                f"the user's script ({self.plan.script_command()}) unmodified, instrumented by the zero-code path "
+                "of ringscope run (torchrun --nproc-per-node N for ddp, N TF_CONFIG workers for tf-multi-worker, "
+                "the first N GPUs for tf-mirrored)")
+        amount = ("samples" if all(row.throughput_unit != "steps/s" for row in self.rows) else
+                  "samples (steps where the script's steps carry no sample count: steps/s, not priced)")
         notes = [
-            f"Each configuration ran the reference trainer (trainers/ddp_trainer.py under torchrun, "
-            f"trainers/tf_trainer.py for TensorFlow) alone on this machine, one after the other, all recorded "
+            f"Each configuration ran {what} alone on this machine, one after the other, all recorded "
             f"into {self.session_path}, each under its own run id (ringscope report {self.session_path} --run ID "
             "gives one run's full report).",
             f"Steady state: each rank's first batch and first {WARMUP_STEPS} steps are left out, as in ringscope "
-            "report. Throughput = samples of all ranks per second over the steady span; shares are of the mean "
+            f"report. Throughput = {amount} of all ranks per second over the steady span; shares are of the mean "
             "step.",
             "Scaling efficiency = throughput(N) / (N x throughput(1)) of the same framework; the ideal line is N x "
             "throughput(1).",
@@ -125,14 +138,16 @@ def csv_text(report: SweepReport) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     p = report.plan
-    equal = "yes" if report.footing.equal else "no"
+    equal = report.footing.csv_value
+    trained: list[object] = ["", "", "", ""] if p.uses_script else [p.batch_size, p.model_width, p.model_depth,
+                                                                   p.dataset]
     for row in report.rows:
         writer.writerow([
-            row.framework, row.ranks, row.global_batch, _cell(row.steps), _cell(row.samples_per_s),
+            row.framework, row.ranks, _cell(row.global_batch), _cell(row.steps), _cell(row.samples_per_s),
             _cell(row.efficiency), _cell(row.data_wait_share), _cell(row.compute_share),
             _cell(row.allreduce_stall_share), _cell(row.other_share), _cell(row.bytes_per_step),
-            _cell(row.cost_per_1000_samples), _cell(row.waiting_cost), p.batch_size, p.model_width, p.model_depth,
-            p.dataset, equal, _cell(row.comm_delay_ms), row.run_id, row.status,
+            _cell(row.cost_per_1000_samples), _cell(row.waiting_cost), *trained, equal, _cell(row.comm_delay_ms),
+            row.run_id, row.status, _cell(row.steps_per_s), row.throughput_unit, p.script_command(),
         ])
     return buffer.getvalue()
 
@@ -155,7 +170,7 @@ def _cell(value: float | int | None) -> str:
 
 def render_html(report: SweepReport) -> str:
     """The sweep page (self-contained: inline CSS, the embedded uPlot and script; no URL)."""
-    footing_class = "ok" if report.footing.equal else "bad"
+    footing_class = "ok" if report.footing.equal else "bad" if report.footing.checked else "unchecked"
     evidence = "".join(f"<li>{_e(line)}</li>" for line in report.advice.evidence)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Ringscope scaling sweep</title>"
@@ -166,7 +181,8 @@ def render_html(report: SweepReport) -> str:
         _section("evidence", "Evidence", f"<ul class='evidence'>{evidence}</ul>"),
         _section("footing", "Equal footing", f"<p class='{footing_class}'>{_e(report.footing.text)}</p>"),
         _section("scaling", "Throughput vs ranks",
-                 "<p class='evidence'>Samples per second of all ranks (steady state) for each framework; dashed: "
+                 f"<p class='evidence'>{throughput_unit(report.rows).capitalize()} of all ranks (steady state) "
+                 "for each framework; dashed: "
                  "the ideal linear line N x throughput(1). Hover for values, click a legend entry to hide a line."
                  "</p>" + _throughput_chart(report.rows, report.plan)
                  + "<h3>Scaling efficiency</h3><p class='evidence'>throughput(N) / (N x throughput(1)); 100 % is "
@@ -189,17 +205,18 @@ def write_html(report: SweepReport, path: str | Path) -> Path:
 
 
 def _throughput_chart(rows: Sequence[SweepRow], plan: SweepPlan) -> str:
+    unit = throughput_unit(rows)
     series = []
     for framework in plan.frameworks:
         color = FRAMEWORK_COLORS.get(framework, COMPUTE.color)
-        measured = [row_value(rows, framework, n, "samples_per_s") for n in plan.ranks]
-        base = row_value(rows, framework, 1, "samples_per_s")
+        measured = [row_value(rows, framework, n, "throughput") for n in plan.ranks]
+        base = row_value(rows, framework, 1, "throughput")
         series.append({"label": f"{framework} measured", "color": color, "values": measured, "points": 7})
         if base is not None:
             series.append({"label": f"{framework} ideal (N x 1 rank)", "color": color, "dash": IDEAL_DASH,
                            "points": 0, "values": [n * base for n in plan.ranks]})
     return interactive.xy_chart("chart-throughput", [float(n) for n in plan.ranks], series, xlabel="ranks",
-                                ylabel="samples/s (all ranks)", unit="samples/s", xunit="ranks",
+                                ylabel=f"{unit} (all ranks)", unit=unit, xunit="ranks",
                                 xticks=[float(n) for n in plan.ranks])
 
 
@@ -253,11 +270,11 @@ def _cost_table(rows: Sequence[SweepRow]) -> str:
 
 
 def _figures_table(rows: Sequence[SweepRow]) -> str:
-    heads = ["Configuration", "Global batch", "Steps", "Samples/s", "Efficiency (%)", "Stall (%)", "Compute (%)",
-             "Bytes per step", "Status", "Run id"]
+    heads = ["Configuration", "Global batch", "Steps", throughput_unit(rows).capitalize(), "Efficiency (%)",
+             "Stall (%)", "Compute (%)", "Bytes per step", "Status", "Run id"]
     body = []
     for row in rows:
-        numbers = [(row.global_batch, 0), (row.steps, 0), (row.samples_per_s, 1), (_pct(row.efficiency), 1),
+        numbers = [(row.global_batch, 0), (row.steps, 0), (row.throughput, 1), (_pct(row.efficiency), 1),
                    (_pct(row.allreduce_stall_share), 1), (_pct(row.compute_share), 1), (row.bytes_per_step, 0)]
         cells = "".join(interactive.number_cell(value, digits) for value, digits in numbers)
         body.append(f"<tr><td>{_e(row.label)}</td>{cells}<td>{_e(row.status)}</td>"
@@ -267,6 +284,12 @@ def _figures_table(rows: Sequence[SweepRow]) -> str:
 
 def _pct(share: float | None) -> float | None:
     return None if share is None else 100 * share
+
+
+def throughput_unit(rows: Sequence[SweepRow]) -> str:
+    """The unit the rows' throughput is in: ``samples/s``, or ``steps/s`` when no row reported samples."""
+    units = {row.throughput_unit for row in rows if row.throughput_unit}
+    return "steps/s" if units == {"steps/s"} else "samples/s"
 
 
 def row_value(rows: Sequence[SweepRow], framework: str, ranks: int, name: str) -> float | None:

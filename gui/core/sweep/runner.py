@@ -2,9 +2,11 @@
 
 Owns the order (one configuration at a time, so runs never compete for the cores they are measured on), the wait
 for each run (bounded by a timeout; its processes stopped and, if need be, killed), the wait for its last telemetry
-to arrive, and reading each run's ``RINGSCOPE_RESULT`` line. The processes are the launcher's (``ManagedProcess``:
-own process group, bounded output buffer). The collector and the session file belong to the caller. It never
-imports Qt or a framework, and never leaves a process behind: ``run`` stops what it started, also when interrupted.
+to arrive, and reading each run's ``RINGSCOPE_RESULT`` line (a reference trainer's run without one failed; a user
+script prints none, so its run succeeded when its processes exited cleanly). The processes are the launcher's
+(``ManagedProcess``: own process group, bounded output buffer). The collector and the session file belong to the
+caller. It never imports Qt or a framework, and never leaves a process behind: ``run`` stops what it started, also
+when interrupted.
 """
 
 from __future__ import annotations
@@ -137,8 +139,10 @@ class SweepRunner:
         codes = tuple(process.returncode for process in processes)
         ok = not timed_out and not self._stop.is_set() and all(p.state == "exited" for p in processes)
         stopped = self._stop.is_set()
-        return RunOutcome(configuration, run_id, ok and bool(results), codes, wall_s, results,
-                          _failure(processes, timed_out, self.timeout_s, stopped, ok, results), interrupted=stopped)
+        needs_result = not self.plan.uses_script
+        return RunOutcome(configuration, run_id, ok and (bool(results) or not needs_result), codes, wall_s, results,
+                          _failure(processes, timed_out, self.timeout_s, stopped, ok, results, needs_result),
+                          interrupted=stopped)
 
     # ---- Internals -----------------------------------------------------------------------------------------------
 
@@ -185,15 +189,16 @@ def _result(lines: list[str]) -> dict[str, Any] | None:
 
 
 def _failure(processes: list[ManagedProcess], timed_out: bool, timeout_s: float, stopped: bool, exited: bool,
-             results: tuple[dict[str, Any], ...]) -> str:
+             results: tuple[dict[str, Any], ...], needs_result: bool = True) -> str:
     """What went wrong, in words ("" when nothing did)."""
     if stopped:
         return "stopped before it finished (interrupted)"
     if timed_out:
-        return f"still running after {timeout_s:g} s: stopped (raise --timeout-per-run, or lower --steps)"
+        steps = "--steps" if needs_result else "the script's steps (--script-args)"
+        return f"still running after {timeout_s:g} s: stopped (raise --timeout-per-run, or lower {steps})"
     if not exited:
         failed = next((p for p in processes if p.state != "exited"), processes[0])
         return "failed: " + failed.describe(lines=8).replace("\n", " | ")
-    if not results:
+    if not results and needs_result:
         return "failed: the trainer ended without its RINGSCOPE_RESULT line"
     return ""
