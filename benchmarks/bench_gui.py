@@ -136,6 +136,8 @@ def _measure(ranks: int, seconds: float) -> list[dict]:
         ends.stop()
     finally:
         parts.close()
+        window.deleteLater()  # the next run's window is a new one: this one's memory must not count there
+        app.processEvents()
     if profiler is not None and profile_to:
         profiler.dump_stats(profile_to)
     lat = ends.latencies(shown)
