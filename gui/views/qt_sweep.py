@@ -1,27 +1,24 @@
 """``QtSweepDialog``: run a scaling sweep / framework bake-off (``ringscope sweep``) from the window.
 
-The form is checked on every change by the CLI's own checks (``gui.core.sweep.progress.request_errors``); the
-messages are shown inline and Run stays disabled while there are any. Run starts ``python -m gui.cli sweep ...``
-as a child process (``ManagedProcess``: own process group, output read by a thread); a timer on the GUI thread
-advances it and reads its progress lines ("config 3 of 6: ddp, 2 ranks"). Cancel sends SIGINT (the sweep stops
-its trainers and writes what it measured), then SIGKILL to everything left after a grace period. At the end the
-report (DIR/sweep.html) is opened and the session (DIR/sweep.db) is offered for opening in a window.
+The form has every option of ``ringscope sweep``: the reference trainers, or *My script* (``--script``,
+``--script-args``: the user's own script through the zero-code launch; the reference trainers' fields are disabled
+then, as the CLI refuses them). It is held as a ``SweepRequest``, checked on every change by the CLI's own checks
+(``gui.core.sweep.progress.request_errors``), and its command line is ``sweep_argv``'s, so the dialog runs exactly
+what the CLI would. The messages are shown inline and Run stays disabled while there are any. ``prefill`` takes the
+values a launch shares with a sweep (the launch dialog's Sweep… button).
 
-The form has every option of ``ringscope sweep``; those ``SweepRequest`` does not hold (model depth, price,
-timeout, the injected all-reduce delay) are added to its command line here, flag for flag, and the whole plan is
-checked by the CLI's ``problems``. ``prefill`` takes the values a launch shares with a sweep (the launch dialog's
-Sweep… button).
-
-The dialog does not close while its sweep runs: closing it cancels the sweep first.
+Run starts ``python -m gui.cli sweep ...`` as a child process (``ManagedProcess``: own process group, output read by a
+thread); a timer on the GUI thread advances it and reads its progress lines ("config 3 of 6: ddp, 2 ranks"). Cancel
+sends SIGINT (the sweep stops its trainers and writes what it measured), then SIGKILL to everything left after a
+grace period. At the end the report (DIR/sweep.html) is opened and the session (DIR/sweep.db) is offered for opening
+in a window. The dialog does not close while its sweep runs: closing it cancels the sweep first.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -30,22 +27,13 @@ from gui.core.launch.demo import gpu_count as detect_gpus
 from gui.core.launch.options import OPTIONS_BY_KEY
 from gui.core.launch.plan import ProcessPlan
 from gui.core.launch.process import ManagedProcess
-from gui.core.sweep.plan import (
-    COMM_DELAY_FRAMEWORKS,
-    DATASETS,
-    DEVICES,
-    FRAMEWORK_TITLES,
-    FRAMEWORKS,
-    SweepPlan,
-    parse_comm_delay,
-    parse_ranks,
-    problems,
-    resolve_device,
-)
+from gui.core.sweep.plan import COMM_DELAY_FRAMEWORKS, DATASETS, DEVICES, FRAMEWORK_TITLES, FRAMEWORKS
 from gui.core.sweep.progress import (
     SweepProgress,
     SweepRequest,
     default_out_folder,
+    is_default_out_folder,
+    parse_comm_delays,
     parse_progress,
     request_errors,
     sweep_argv,
@@ -58,9 +46,9 @@ STOP_GRACE_S = 30.0  # after Cancel the sweep still writes its reports (PDF incl
 OUTPUT_LINES = 2000
 LOG_LINES = 500
 QUIT_WAIT_S = 10.0
-DEFAULT_DEPTH = 2  # ringscope sweep's defaults (gui.commands.sweep; a test keeps them equal)
-DEFAULT_TIMEOUT_S = 900
 MAX_TIMEOUT_S = 7 * 24 * 3600
+REFERENCE_ONLY_TIP = ("Configures the reference trainers only; give your script its own settings (steps, batch size, "
+                      "model) in Script arguments, e.g. --steps 200 --batch-size 64")
 
 
 class QtSweepDialog(QtWidgets.QDialog):
@@ -107,66 +95,53 @@ class QtSweepDialog(QtWidgets.QDialog):
     # ---- Public API ----------------------------------------------------------------------------------------------
 
     def request(self) -> SweepRequest:
-        """The sweep the form describes."""
+        """The sweep the form describes (with *My script*: the script and its arguments, no delays)."""
+        script = self.script_radio.isChecked()
         return SweepRequest(
             frameworks=tuple(name for name, box in self.framework_boxes.items() if box.isChecked()),
             ranks=self.ranks_edit.text().strip(), out=self.out_edit.text().strip(), steps=self.steps_spin.value(),
-            model_width=self.width_spin.value(), batch_size=self.batch_spin.value(),
-            dataset=self.dataset_combo.currentText(), device=self.device_combo.currentText())
+            model_width=self.width_spin.value(), model_depth=self.depth_spin.value(),
+            batch_size=self.batch_spin.value(), dataset=self.dataset_combo.currentText(),
+            device=self.device_combo.currentText(), price_per_gpu_hour=self.price_spin.value() or None,
+            timeout_per_run_s=float(self.timeout_spin.value()), comm_delays={} if script else self.comm_delays()[0],
+            script=self.script_edit.text().strip() if script else None,
+            script_args=self.script_args_edit.text().strip() if script else "")
 
     def command(self) -> list[str]:
-        """The command line the form's sweep runs: ``sweep_argv`` plus the options ``SweepRequest`` does not hold,
-        each written as its ``ringscope sweep`` flag (the price only when one is given)."""
-        argv = [*sweep_argv(self.request()), "--model-depth", str(self.depth_spin.value()),
-                "--timeout-per-run", str(self.timeout_spin.value())]
-        if self.price_spin.value() > 0:
-            argv += ["--price-per-gpu-hour", f"{self.price_spin.value():g}"]
-        for label, ms in self.comm_delays()[0].items():
-            argv += ["--comm-delay-ms-for", f"{label}={ms:g}"]
-        return argv
+        """The command line the form's sweep runs (``sweep_argv``: the one the CLI would be typed with)."""
+        return sweep_argv(self.request())
 
     def comm_delays(self) -> tuple[dict[str, float], list[str]]:
         """The injected all-reduce delays typed (``ddp:2=40, ddp:4=40``), parsed by the CLI's parser, and a message
         for each entry it refuses."""
-        delays: dict[str, float] = {}
-        errors: list[str] = []
-        for entry in re.split(r"[,\s]+", self.delay_edit.text().strip()):
-            if not entry:
-                continue
-            try:
-                label, ms = parse_comm_delay(entry)
-            except ValueError as exc:
-                errors.append(f"all-reduce delay: {exc}")
-                continue
-            delays[label] = ms
-        return delays, errors
+        return parse_comm_delays(self.delay_edit.text())
 
     def errors(self) -> list[str]:
         """Every reason the form's sweep cannot start: the CLI's checks, on the whole plan once the rest is valid."""
         request = self.request()
-        delays, delay_errors = self.comm_delays()
-        errors = request_errors(request, cpu_count=self.cpu_count, gpu_count=self.gpu_count) + delay_errors
-        if errors:
-            return errors
-        ranks = parse_ranks(request.ranks)  # request_errors parsed them
-        plan = SweepPlan(frameworks=request.frameworks, ranks=ranks, steps=request.steps,
-                         model_width=request.model_width, model_depth=self.depth_spin.value(),
-                         batch_size=request.batch_size, dataset=request.dataset,
-                         device=resolve_device(request.device, self.gpu_count, max(ranks)), comm_delays=delays,
-                         python=request.python)
-        return problems(plan, cpu_count=self.cpu_count, gpu_count=self.gpu_count)
+        errors = request_errors(request, cpu_count=self.cpu_count, gpu_count=self.gpu_count)
+        return errors + (self.comm_delays()[1] if request.script is None else [])
 
     def load(self, request: SweepRequest) -> None:
         """Fill the form from ``request``."""
+        self.reference_radio.setChecked(True)  # ticks as given: a script's one framework is checked, not imposed
         for name, box in self.framework_boxes.items():
             box.setChecked(name in request.frameworks)
         self.ranks_edit.setText(request.ranks)
         self.steps_spin.setValue(request.steps)
         self.width_spin.setValue(request.model_width)
+        self.depth_spin.setValue(request.model_depth)
         self.batch_spin.setValue(request.batch_size)
         self.dataset_combo.setCurrentText(request.dataset)
         self.device_combo.setCurrentText(request.device)
+        self.price_spin.setValue(request.price_per_gpu_hour or 0.0)
+        self.timeout_spin.setValue(round(request.timeout_per_run_s))
+        self.delay_edit.setText(_delays_text(request.comm_delays))
+        self.script_edit.setText(request.script or "")
+        self.script_args_edit.setText(request.script_args)
+        self.script_radio.setChecked(request.script is not None)
         self.out_edit.setText(request.out)
+        self._apply_training()
         self.revalidate()
 
     def prefill(self, values: Mapping[str, object]) -> None:
@@ -205,7 +180,7 @@ class QtSweepDialog(QtWidgets.QDialog):
             self.ranks_edit.setText(ranks)
         delays = values.get("comm_delays")
         if isinstance(delays, Mapping):
-            delays = ", ".join(f"{label}={ms:g}" for label, ms in delays.items())
+            delays = _delays_text(delays)
         if isinstance(delays, str):
             self.delay_edit.setText(delays)
         if isinstance(values.get("out"), str):
@@ -224,7 +199,7 @@ class QtSweepDialog(QtWidgets.QDialog):
         request = self.request()
         self.running_request, self.progress, self.cancelled, self._seen_lines = request, [], False, 0
         self.log_view.clear()
-        self.process = ManagedProcess(ProcessPlan("sweep", self.command(), sweep_env()), "sweep", OUTPUT_LINES)
+        self.process = ManagedProcess(ProcessPlan("sweep", sweep_argv(request), sweep_env()), "sweep", OUTPUT_LINES)
         self.progress_bar.setRange(0, max(request.configuration_count(), 1))
         self.progress_bar.setValue(0)
         self._show_status(f"Starting {request.configuration_count()} configuration(s)…")
@@ -276,40 +251,47 @@ class QtSweepDialog(QtWidgets.QDialog):
 
     def _build(self) -> None:
         layout = QtWidgets.QVBoxLayout(self)
-        form = QtWidgets.QFormLayout()
-        frameworks = QtWidgets.QHBoxLayout()
+        self._form = form = QtWidgets.QFormLayout()
+        self.reference_radio = QtWidgets.QRadioButton("Reference trainer")
+        self.reference_radio.setToolTip("the bundled trainer of each framework, on the same model, data and batch")
+        self.script_radio = QtWidgets.QRadioButton("My script")
+        self.script_radio.setToolTip("your own training script, unmodified, through the zero-code launch (as "
+                                     "ringscope run); one framework")
+        self._training_group = QtWidgets.QButtonGroup(self)
+        form.addRow("Training", self._row(self.reference_radio, self.script_radio, stretch=True))
+        for radio in (self.reference_radio, self.script_radio):
+            self._training_group.addButton(radio)
+        self.script_radio.toggled.connect(self._training_changed)
+        self.script_edit = self._line_edit("path/to/train.py", "your training script (a .py file), run in every "
+                                           "configuration (ringscope sweep --script)")
+        self.script_browse_button = QtWidgets.QPushButton("Browse…")
+        self.script_browse_button.clicked.connect(self._browse_script)
+        self._script_row = self._row(self.script_edit, self.script_browse_button)
+        form.addRow("Script", self._script_row)
+        self.script_args_edit = self._line_edit("none; e.g. --epochs 1 --batch-size 64", "your script's arguments, the "
+                                                "same in every configuration (ringscope sweep --script-args)")
+        form.addRow("Script arguments", self.script_args_edit)
         self.framework_boxes: dict[str, QtWidgets.QCheckBox] = {}
         for name in FRAMEWORKS:
-            box = QtWidgets.QCheckBox(name)
+            box = self.framework_boxes[name] = QtWidgets.QCheckBox(name)
             box.setToolTip(FRAMEWORK_TITLES[name])
-            box.toggled.connect(self.revalidate)
-            frameworks.addWidget(box)
-            self.framework_boxes[name] = box
-        frameworks.addStretch(1)
-        form.addRow("Frameworks", frameworks)
-        self.ranks_edit = QtWidgets.QLineEdit()
-        self.ranks_edit.setPlaceholderText("1,2,4")
-        self.ranks_edit.setToolTip("comma-separated rank counts, 1 included (the baseline of scaling efficiency)")
-        self.ranks_edit.textChanged.connect(self.revalidate)
+            box.toggled.connect(lambda checked, name=name: self._framework_toggled(name, checked))
+        form.addRow("Frameworks", self._row(*self.framework_boxes.values(), stretch=True))
+        self.ranks_edit = self._line_edit("1,2,4", "comma-separated rank counts, 1 included (the baseline of scaling "
+                                          "efficiency)")
         form.addRow("Rank counts", self.ranks_edit)
         self.steps_spin = self._spin(1, 1_000_000, "optimizer steps per run")
         form.addRow("Steps per run", self.steps_spin)
         self.width_spin = self._spin(1, 65_536, "hidden units per MLP layer")
         form.addRow("Model width", self.width_spin)
         depth = OPTIONS_BY_KEY["model-depth"]
-        self.depth_spin = self._spin(int(depth.minimum or 1), int(depth.maximum or 256), "hidden layers of the MLP",
-                                     DEFAULT_DEPTH)
+        self.depth_spin = self._spin(int(depth.minimum or 1), int(depth.maximum or 256), "hidden layers of the MLP")
         form.addRow("Model depth", self.depth_spin)
         self.batch_spin = self._spin(1, 1_000_000, "samples per rank per step, the same in every configuration")
         form.addRow("Batch size per rank", self.batch_spin)
-        self.dataset_combo = QtWidgets.QComboBox()
-        self.dataset_combo.addItems(DATASETS)
-        self.dataset_combo.currentTextChanged.connect(self.revalidate)
+        self.dataset_combo = self._combo(DATASETS, "digits (scikit-learn, bundled) or synthetic")
         form.addRow("Dataset", self.dataset_combo)
-        self.device_combo = QtWidgets.QComboBox()
-        self.device_combo.addItems(DEVICES)
-        self.device_combo.setToolTip("auto: one GPU per rank when there are enough, else the CPU")
-        self.device_combo.currentTextChanged.connect(self.revalidate)
+        self.device_combo = self._combo(DEVICES, "auto: one GPU per rank when there are enough, else the CPU")
         form.addRow("Device", self.device_combo)
         self.price_spin = QtWidgets.QDoubleSpinBox()
         self.price_spin.setRange(0.0, 100_000.0)
@@ -322,37 +304,29 @@ class QtSweepDialog(QtWidgets.QDialog):
         self.price_spin.valueChanged.connect(self.revalidate)
         form.addRow("Price per GPU-hour", self.price_spin)
         self.timeout_spin = self._spin(1, MAX_TIMEOUT_S, "a configuration still running after this long is stopped "
-                                                         "(the sweep goes on with the next)", DEFAULT_TIMEOUT_S)
+                                                         "(the sweep goes on with the next)")
         self.timeout_spin.setSuffix(" s")
         form.addRow("Timeout per configuration", self.timeout_spin)
-        self.delay_edit = QtWidgets.QLineEdit()
-        self.delay_edit.setPlaceholderText("none; e.g. ddp:2=40 (FRAMEWORK:RANKS=MS, comma-separated)")
-        self.delay_edit.setToolTip(
+        self.delay_edit = self._line_edit(
+            "none; e.g. ddp:2=40 (FRAMEWORK:RANKS=MS, comma-separated)",
             "Advanced, to see what a slow network does: milliseconds added to every all-reduce of a configuration "
             f"(ringscope sweep --comm-delay-ms-for; {', '.join(COMM_DELAY_FRAMEWORKS)} only)")
-        self.delay_edit.textChanged.connect(self.revalidate)
         form.addRow("Injected all-reduce delay", self.delay_edit)
-        folder = QtWidgets.QHBoxLayout()
-        self.out_edit = QtWidgets.QLineEdit()
-        self.out_edit.setToolTip("sweep.db, sweep.csv, sweep.html and sweep.pdf are written here")
-        self.out_edit.textChanged.connect(self.revalidate)
+        self.out_edit = self._line_edit("", "sweep.db, sweep.csv, sweep.html and sweep.pdf are written here")
         self.browse_button = QtWidgets.QPushButton("Browse…")
         self.browse_button.clicked.connect(self._browse)
-        folder.addWidget(self.out_edit, 1)
-        folder.addWidget(self.browse_button)
-        form.addRow("Output folder", folder)
-        self.form_widgets = [*self.framework_boxes.values(), self.ranks_edit, *self._number_fields().values(),
-                             self.dataset_combo, self.device_combo, self.delay_edit, self.out_edit,
-                             self.browse_button]
+        form.addRow("Output folder", self._row(self.out_edit, self.browse_button))
+        self._reference_tips = {widget: widget.toolTip() for widget in (
+            self.steps_spin, self.width_spin, self.depth_spin, self.batch_spin, self.dataset_combo, self.delay_edit)}
+        self.form_widgets: list[QtWidgets.QWidget] = [
+            self.reference_radio, self.script_radio, self.script_edit, self.script_browse_button,
+            self.script_args_edit, *self.framework_boxes.values(), self.ranks_edit, *self._number_fields().values(),
+            self.dataset_combo, self.device_combo, self.delay_edit, self.out_edit, self.browse_button]
         layout.addLayout(form)
-        self.error_label = QtWidgets.QLabel()
-        self.error_label.setWordWrap(True)
-        self.error_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error_label = self._label()
         self.error_label.setStyleSheet(f"color: {theme.ALERT_COLOR};")
         layout.addWidget(self.error_label)
-        self.status_label = QtWidgets.QLabel("")
-        self.status_label.setWordWrap(True)
-        self.status_label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status_label = self._label()
         layout.addWidget(self.status_label)
         self.progress_bar = QtWidgets.QProgressBar()
         self.progress_bar.setFormat("%v of %m configurations")
@@ -364,34 +338,64 @@ class QtSweepDialog(QtWidgets.QDialog):
         self.log_view.setPlaceholderText("The sweep's output appears here.")
         self.log_view.setMinimumHeight(120)
         layout.addWidget(self.log_view, 1)
-        buttons = QtWidgets.QHBoxLayout()
         self.report_button = QtWidgets.QPushButton("Open report")
         self.report_button.clicked.connect(self._open_report)
         self.session_button = QtWidgets.QPushButton("Open sweep.db in a window")
         self.session_button.clicked.connect(self._open_session)
-        for button in (self.report_button, self.session_button):
-            button.setEnabled(False)
-            buttons.addWidget(button)
-        buttons.addStretch(1)
         self.ok_button = QtWidgets.QPushButton("Run sweep")
         self.ok_button.setDefault(True)
         self.ok_button.clicked.connect(self.start)
         self.cancel_button = QtWidgets.QPushButton("Cancel sweep")
-        self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
         self.close_button = QtWidgets.QPushButton("Close")
         self.close_button.clicked.connect(self.reject)
+        for button in (self.report_button, self.session_button, self.cancel_button):
+            button.setEnabled(False)
         for button in (self.ok_button, self.cancel_button, self.close_button):
             button.setAutoDefault(False)
-            buttons.addWidget(button)
-        layout.addLayout(buttons)
-        self.resize(640, 660)
+        layout.addWidget(self._row(self.report_button, self.session_button, None, self.ok_button, self.cancel_button,
+                                   self.close_button))
+        self.resize(640, 760)
 
-    def _spin(self, low: int, high: int, tip: str, value: int | None = None) -> QtWidgets.QSpinBox:
+    @staticmethod
+    def _row(*widgets: QtWidgets.QWidget | None, stretch: bool = False) -> QtWidgets.QWidget:
+        """``widgets`` side by side (None: the stretch between them; ``stretch``: one after them)."""
+        row = QtWidgets.QWidget()
+        box = QtWidgets.QHBoxLayout(row)
+        box.setContentsMargins(0, 0, 0, 0)
+        for widget in widgets:
+            if widget is None:
+                box.addStretch(1)
+            else:
+                box.addWidget(widget, 1 if isinstance(widget, QtWidgets.QLineEdit) else 0)
+        if stretch:
+            box.addStretch(1)
+        return row
+
+    @staticmethod
+    def _label() -> QtWidgets.QLabel:
+        label = QtWidgets.QLabel()
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        return label
+
+    def _line_edit(self, placeholder: str, tip: str) -> QtWidgets.QLineEdit:
+        edit = QtWidgets.QLineEdit()
+        edit.setPlaceholderText(placeholder)
+        edit.setToolTip(tip)
+        edit.textChanged.connect(self.revalidate)
+        return edit
+
+    def _combo(self, items: Iterable[str], tip: str) -> QtWidgets.QComboBox:
+        combo = QtWidgets.QComboBox()
+        combo.addItems(list(items))
+        combo.setToolTip(tip)
+        combo.currentTextChanged.connect(self.revalidate)
+        return combo
+
+    def _spin(self, low: int, high: int, tip: str) -> QtWidgets.QSpinBox:
         spin = QtWidgets.QSpinBox()
         spin.setRange(low, high)
-        if value is not None:
-            spin.setValue(value)
         spin.setGroupSeparatorShown(True)
         spin.setToolTip(tip)
         spin.valueChanged.connect(self.revalidate)
@@ -402,6 +406,22 @@ class QtSweepDialog(QtWidgets.QDialog):
         return {"steps": self.steps_spin, "model_width": self.width_spin, "model_depth": self.depth_spin,
                 "batch_size": self.batch_spin, "price_per_gpu_hour": self.price_spin,
                 "timeout_per_run_s": self.timeout_spin}
+
+    def _apply_training(self) -> None:
+        """Enable the fields the chosen training takes: a script's, or the reference trainers' (greyed with why)."""
+        script = self.script_radio.isChecked()
+        for widget in (self._script_row, self.script_args_edit):  # the row: its edit and Browse… alike
+            widget.setEnabled(script)
+            label = self._form.labelForField(widget)
+            if label is not None:
+                label.setEnabled(script)
+        for widget, tip in self._reference_tips.items():
+            widget.setEnabled(not script)
+            widget.setToolTip(REFERENCE_ONLY_TIP if script else tip)
+            label = self._form.labelForField(widget)
+            if label is not None:
+                label.setEnabled(not script)
+                label.setToolTip(REFERENCE_ONLY_TIP if script else "")
 
     # ---- Slots ---------------------------------------------------------------------------------------------------
 
@@ -428,6 +448,17 @@ class QtSweepDialog(QtWidgets.QDialog):
             return
         super().closeEvent(event)
 
+    def _training_changed(self) -> None:
+        self._apply_training()
+        self.revalidate()
+
+    def _framework_toggled(self, name: str, checked: bool) -> None:
+        if checked and self.script_radio.isChecked():  # a script is written for one framework: ticking one picks it
+            for other, box in self.framework_boxes.items():
+                if other != name:
+                    box.setChecked(False)
+        self.revalidate()
+
     def _note_progress(self, progress: SweepProgress) -> None:
         self.progress.append(progress)
         self.progress_bar.setRange(0, max(progress.total, 1))
@@ -443,7 +474,7 @@ class QtSweepDialog(QtWidgets.QDialog):
         request = self.running_request
         code = process.returncode
         self._set_running(False)
-        if request is not None and request.session_path.is_file() and _is_default_folder(request.out):
+        if request is not None and request.session_path.is_file() and is_default_out_folder(request.out):
             self.out_edit.setText(default_out_folder())  # the next sweep gets a new folder of its own
         self.revalidate()  # a folder holding a session is refused: the same sweep cannot run into it again
         reported = request is not None and request.report_path.is_file()
@@ -474,6 +505,8 @@ class QtSweepDialog(QtWidgets.QDialog):
     def _set_running(self, running: bool) -> None:
         for widget in self.form_widgets:
             widget.setEnabled(not running)
+        if not running:
+            self._apply_training()
         self.progress_bar.setVisible(running or bool(self.progress))
         self.cancel_button.setEnabled(running)
         self.close_button.setEnabled(True)
@@ -500,6 +533,12 @@ class QtSweepDialog(QtWidgets.QDialog):
         if path:
             self.out_edit.setText(path)
 
+    def _browse_script(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Your training script", self.script_edit.text(),
+                                                        "Python (*.py);;All files (*)")
+        if path:
+            self.script_edit.setText(path)
+
 
 def _framework_names(value: object) -> list[str]:
     """The sweep framework names in ``value`` (a name or several; launch kinds such as ``tf_mirrored`` accepted)."""
@@ -508,6 +547,6 @@ def _framework_names(value: object) -> list[str]:
     return [word for word in words if word in FRAMEWORKS]
 
 
-def _is_default_folder(out: str) -> bool:
-    """Whether ``out`` is a folder ``default_out_folder`` made (the user kept the folder offered)."""
-    return Path(out).expanduser().parent == Path(default_out_folder()).parent
+def _delays_text(delays: Mapping[str, float]) -> str:
+    """``{"ddp:2": 40.0}`` -> ``ddp:2=40``, as the delay field is typed."""
+    return ", ".join(f"{label}={ms:.15g}" for label, ms in delays.items())

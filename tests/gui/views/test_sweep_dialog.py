@@ -1,15 +1,16 @@
-"""The sweep dialog with real widgets: the CLI's checks inline, a real tiny sweep run from it to the end, and Cancel
-stopping a running one with no process left behind."""
+"""The sweep dialog with real widgets: the CLI's checks inline, a real tiny sweep run from it to the end, Cancel
+stopping a running one with no process left behind, and My script giving the command the CLI is typed with."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 from pytestqt.qtbot import QtBot
 
 from gui.core.sweep.progress import SESSION_NAME, SweepRequest, default_out_folder
@@ -223,10 +224,118 @@ def test_prefill_sets_the_fields_it_knows_and_ignores_the_rest(make_dialog: Make
     assert "needs 2 GPUs" in dialog.error_label.text()  # prefilled values are checked like typed ones
 
 
-def test_the_dialog_defaults_are_the_cli_defaults() -> None:
-    from gui.commands import sweep as cli
-    from gui.views import qt_sweep
+# ---- My script (ringscope sweep --script PATH --script-args "...") ------------------------------------------------
 
-    assert qt_sweep.DEFAULT_TIMEOUT_S == cli.DEFAULT_TIMEOUT_S
-    defaults = _cli_args(["sweep", "--frameworks", "ddp", "--ranks", "1", "--out", "x"])
-    assert defaults["model_depth"] == qt_sweep.DEFAULT_DEPTH
+
+def _script(tmp_path: Path) -> str:
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    return str(script)
+
+
+def _reference_fields(dialog: QtSweepDialog) -> list[QtWidgets.QWidget]:
+    return [dialog.steps_spin, dialog.width_spin, dialog.depth_spin, dialog.batch_spin, dialog.dataset_combo,
+            dialog.delay_edit]
+
+
+def test_my_script_runs_the_command_the_cli_is_typed_with(make_dialog: MakeDialog, tmp_path: Path) -> None:
+    from gui.cli import build_parser
+    from gui.commands.sweep import GIVEN
+    from gui.core.sweep.plan import script_conflicts
+
+    out, script = str(tmp_path / "out"), _script(tmp_path)
+    dialog = make_dialog(SweepRequest(("ddp",), "1,2", out))
+    dialog.steps_spin.setValue(50)  # typed for the reference trainer: kept in the field, never passed with a script
+    dialog.delay_edit.setText("ddp:2=40")
+    dialog.script_radio.setChecked(True)
+    dialog.script_edit.setText(script)
+    dialog.script_args_edit.setText('--epochs 1 --name "two words"')
+    dialog.price_spin.setValue(2.5)
+    dialog.timeout_spin.setValue(600)
+    assert dialog.errors() == [] and dialog.ok_button.isEnabled(), dialog.error_label.text()
+
+    typed = shlex.split(f"sweep --frameworks ddp --ranks 1,2 --out {shlex.quote(out)} --script {shlex.quote(script)} "
+                        "--script-args '--epochs 1 --name \"two words\"' --price-per-gpu-hour 2.5 "
+                        "--timeout-per-run 600")
+    command = dialog.command()
+    assert command[:4] == [sys.executable, "-m", "gui.cli", "sweep"]
+    assert _cli_args(command[3:]) == _cli_args(typed)
+    assert _cli_args(command[3:])["script_args"] == ("--epochs", "1", "--name", "two words")
+    # none of the options the CLI refuses with --script: no reference trainer option, no injected delay
+    assert script_conflicts(getattr(build_parser().parse_args(command[3:]), GIVEN, [])) == []
+    assert not {"--steps", "--model-width", "--model-depth", "--batch-size", "--dataset",
+                "--comm-delay-ms-for"} & set(command)
+
+    dialog.script_args_edit.setText("--fast")  # one option alone: still the script's, not the CLI's
+    assert _cli_args(dialog.command()[3:])["script_args"] == ("--fast",)
+    dialog.script_args_edit.setText("")
+    assert not any(word.startswith("--script-args") for word in dialog.command())
+    dialog.reference_radio.setChecked(True)  # back to the reference trainer: its fields again, no script
+    reference = _cli_args(dialog.command()[3:])
+    assert (reference["script"], reference["steps"], reference["comm_delay_ms_for"]) == (None, 50, [("ddp:2", 40.0)])
+
+
+def test_my_script_disables_the_reference_trainers_fields_and_says_why(make_dialog: MakeDialog,
+                                                                      tmp_path: Path) -> None:
+    dialog = make_dialog(SweepRequest(("ddp",), "1,2", str(tmp_path / "out")))
+    fields = _reference_fields(dialog)
+    tips = [field.toolTip() for field in fields]
+    assert dialog.reference_radio.isChecked() and all(field.isEnabled() for field in fields)
+    assert not dialog.script_edit.isEnabled() and not dialog.script_browse_button.isEnabled()
+    assert not dialog.script_args_edit.isEnabled()
+
+    dialog.script_radio.setChecked(True)
+    for field in fields:
+        assert not field.isEnabled()
+        assert "reference trainers only" in field.toolTip() and "Script arguments" in field.toolTip()
+        label = dialog._form.labelForField(field)
+        assert label is not None and not label.isEnabled() and label.toolTip() == field.toolTip()
+    assert dialog.script_edit.isEnabled() and dialog.script_browse_button.isEnabled()
+    assert dialog.script_args_edit.isEnabled()
+    assert all(w.isEnabled() for w in (dialog.ranks_edit, dialog.device_combo, dialog.price_spin,
+                                       dialog.timeout_spin, dialog.out_edit))
+    dialog._set_running(True)  # a sweep ran and ended: the form thaws into the same choice
+    dialog._set_running(False)
+    assert not any(field.isEnabled() for field in fields) and dialog.script_edit.isEnabled()
+
+    dialog.framework_boxes["tf-multi-worker"].setChecked(True)  # a script is written for one framework
+    assert dialog.request().frameworks == ("tf-multi-worker",)
+    dialog.reference_radio.setChecked(True)
+    assert all(field.isEnabled() for field in fields) and [field.toolTip() for field in fields] == tips
+    assert not dialog.script_edit.isEnabled()
+    dialog.framework_boxes["ddp"].setChecked(True)  # the reference trainers: a bake-off of several
+    assert dialog.request().frameworks == ("ddp", "tf-multi-worker") and dialog.request().script is None
+
+
+def test_my_script_is_refused_as_the_cli_refuses_it(make_dialog: MakeDialog, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from gui.cli import build_parser
+    from gui.commands import sweep as cli
+
+    dialog = make_dialog(SweepRequest(("ddp",), "1", str(tmp_path / "out"), device="cpu"))
+    dialog.script_radio.setChecked(True)
+    assert "no training script chosen" in dialog.error_label.text() and not dialog.ok_button.isEnabled()
+
+    dialog.script_edit.setText(str(tmp_path / "nowhere" / "train.py"))
+    shown = dialog.errors()
+    assert len(shown) == 1 and "does not exist" in shown[0] and dialog.error_label.isVisible()
+    assert shown[0] in dialog.error_label.text() and not dialog.ok_button.isEnabled()
+    # the CLI, given the dialog's own command, refuses it with the very same sentence (before anything starts)
+    assert cli.run(build_parser().parse_args(dialog.command()[3:])) == 2
+    assert shown[0] in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+    dialog.script_edit.setText(_script(tmp_path))
+    assert dialog.errors() == [] and dialog.ok_button.isEnabled(), dialog.error_label.text()
+    dialog.framework_boxes["tf-mirrored"].setChecked(True)  # picks tf-mirrored, on the CPU here
+    assert dialog.request().frameworks == ("tf-mirrored",)
+    assert "--script with tf-mirrored on the CPU" in dialog.error_label.text() and not dialog.ok_button.isEnabled()
+    dialog.reference_radio.setChecked(True)
+    dialog.framework_boxes["ddp"].setChecked(True)
+    dialog.script_radio.setChecked(True)  # two ticked from the reference trainer: the list says to keep one
+    assert "a script is written for one framework" in dialog.error_label.text()
+    dialog.framework_boxes["tf-mirrored"].setChecked(False)
+    dialog.script_args_edit.setText('--name "unclosed')
+    assert "script arguments: cannot split" in dialog.error_label.text() and not dialog.ok_button.isEnabled()
+    dialog.script_args_edit.setText("--epochs 1")
+    assert dialog.errors() == [] and dialog.ok_button.isEnabled(), dialog.error_label.text()
