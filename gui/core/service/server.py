@@ -249,9 +249,11 @@ def serve(frames: Connection, calls: Connection) -> int:
     _send(calls, ("ready", service.collector.endpoint,
                   str(service.recorder.path) if service.recorder is not None else None))
     window_gone = threading.Event()
-    threading.Thread(target=_serve_frames, args=(service, frames, window_gone), name="ringscope-frames",
+    threading.Thread(target=_serve, args=(frames, lambda r: _answer_frame(service, r), window_gone),
+                     name="ringscope-frames",
                      daemon=True).start()
-    threading.Thread(target=_serve_calls, args=(service, calls, window_gone, stop), name="ringscope-calls",
+    threading.Thread(target=_serve, args=(calls, lambda r: _answer_call(service, r), window_gone, stop),
+                     name="ringscope-calls",
                      daemon=True).start()
     while not stop.wait(0.2):
         if window_gone.is_set() and service.quiet_for_s() >= setup.orphan_quiet_s:
@@ -263,43 +265,38 @@ def serve(frames: Connection, calls: Connection) -> int:
     return 0
 
 
-def _serve_frames(service: IngestService, frames: Connection, window_gone: threading.Event) -> None:
+def _serve(connection: Connection, answer: Callable[[Any], Any], window_gone: threading.Event,
+           stop: threading.Event | None = None) -> None:
+    """Answer each request on ``connection`` until the window is gone (or, on calls, asks to close)."""
     while True:
         try:
-            request = frames.recv()
+            request = connection.recv()
         except (EOFError, OSError):
             window_gone.set()
             return
-        try:
-            _, run_id, base, want_rows, price = request
-            reply: dict[str, Any] = service.frame(run_id, base, want_rows, price)
-        except Exception as exc:  # answered, not fatal: the window shows the error
-            log.exception("frame request failed")
-            reply = {"frame": None, "error": f"{type(exc).__name__}: {exc}"}
-        if not _send(frames, reply):
-            window_gone.set()
-            return
-
-
-def _serve_calls(service: IngestService, calls: Connection, window_gone: threading.Event,
-                 stop: threading.Event) -> None:
-    while True:
-        try:
-            request = calls.recv()
-        except (EOFError, OSError):
-            window_gone.set()
-            return
-        if request == ("close",):
+        if stop is not None and request == ("close",):
             stop.set()
             return
-        try:
-            target, method, args = request
-            reply: tuple[str, Any] = ("ok", service.call(target, method, tuple(args)))
-        except Exception as exc:
-            reply = ("error", f"{type(exc).__name__}: {exc}")
-        if not _send(calls, reply):
+        if not _send(connection, answer(request)):
             window_gone.set()
             return
+
+
+def _answer_frame(service: IngestService, request: Any) -> dict[str, Any]:
+    try:
+        _, run_id, base, want_rows, price = request
+        return service.frame(run_id, base, want_rows, price)
+    except Exception as exc:  # answered, not fatal: the window shows the error
+        log.exception("frame request failed")
+        return {"frame": None, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _answer_call(service: IngestService, request: Any) -> tuple[str, Any]:
+    try:
+        target, method, args = request
+        return ("ok", service.call(target, method, tuple(args)))
+    except Exception as exc:
+        return ("error", f"{type(exc).__name__}: {exc}")
 
 
 def _send(connection: Connection, message: Any) -> bool:
