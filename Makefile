@@ -1,6 +1,7 @@
 # Ringscope: the two commands of the README.
 #   make demo   set everything up, open the window and start a real 2-rank CPU DDP demo training
-#   make test   set everything up, run lint (ruff), layering contracts (import-linter), types (mypy) and pytest
+#   make test   set everything up, run lint (ruff), layering contracts (import-linter), types (mypy), the minimum
+#               Python of the installed code (vermin: 3.10) and pytest (which also builds and installs the wheel)
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -23,9 +24,10 @@ app: setup
 	$(BIN)/ringscope
 
 lint: setup
-	$(BIN)/ruff check agent gui trainers tests benchmarks
+	$(BIN)/ruff check agent gui trainers tests benchmarks src
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/vermin -q --no-tips --violations --eval-annotations -t=3.10- agent gui trainers src/ringscope/__init__.py
 
 test: lint test-deps
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q

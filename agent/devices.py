@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from agent.schema import GpuSample, GpuStatus, HostSample, Record
+from ringscope.agent.schema import GpuSample, GpuStatus, HostSample, Record
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from agent.schema import MAX_TEXT_CHARS, Heartbeat, Record
+from ringscope.agent.schema import MAX_TEXT_CHARS, Heartbeat, Record
 
 log = logging.getLogger(__name__)
 

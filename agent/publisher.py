@@ -27,9 +27,9 @@ from typing import Final
 import zmq
 from zmq.utils import monitor as zmq_monitor
 
-from agent import wire
-from agent.keys import AgentKeys
-from agent.schema import Health, Hello, Record, shifted
+from ringscope.agent import wire
+from ringscope.agent.keys import AgentKeys
+from ringscope.agent.schema import Health, Hello, Record, shifted
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Publisher:
             Hello and Health).
         flush_interval_s: how long records may wait before being sent; an unclean exit loses at most this much.
         send_hwm: messages ZeroMQ may buffer per connection before sends fail (and are counted as drops).
-        keys: CURVE keys of a collector that requires authentication (``agent.keys``); None: plaintext.
+        keys: CURVE keys of a collector that requires authentication (``ringscope.agent.keys``); None: plaintext.
     """
 
     def __init__(

@@ -1,8 +1,8 @@
 """The object a training process holds: identity, the background publisher and the device sampler in one place.
 
 ``agent.start(...)`` builds an ``Agent`` from arguments and the environment. The framework integrations
-(``agent.torch_ddp``, ``agent.tf_distribute``) and ``agent.simulate`` all report through an ``Agent``; a user who
-times their own loop can call ``Agent.step`` directly.
+(``ringscope.agent.torch_ddp``, ``ringscope.agent.tf_distribute``) and ``ringscope.agent.simulate`` all report through
+an ``Agent``; a user who times their own loop can call ``Agent.step`` directly.
 
 Environment (a launcher sets these so the agents it starts reach its window):
 
@@ -11,13 +11,14 @@ Environment (a launcher sets these so the agents it starts reach its window):
   ``"run-<host>-<start time>"``)
 * ``RINGSCOPE_DISABLE=1`` turn telemetry off (the API keeps working and does nothing)
 * ``RINGSCOPE_KEY`` / ``RINGSCOPE_KEY_FILE`` access token (or a file holding it) of a collector that requires
-  authentication (``agent.keys``); a token that cannot be used turns telemetry off with an error in the log,
+  authentication (``ringscope.agent.keys``); a token that cannot be used turns telemetry off with an error in the log,
   never plaintext
 * ``RINGSCOPE_DEVICE_INTERVAL_S`` device sampling period (default 0.5)
 * ``RINGSCOPE_PRICE_PER_GPU_HOUR`` optional price, forwarded to the app for cost figures
 * ``RINGSCOPE_HOST`` the host name to report (default: the hostname); set per node where nodes share one hostname
 
-Every agent sends a heartbeat per rank about once a second from its own thread (``agent.heartbeat``): where the rank
+Every agent sends a heartbeat per rank about once a second from its own thread (``ringscope.agent.heartbeat``): where
+the rank
 is (data wait, compute, collective, checkpoint, idle) and, when it has been stuck in one phase for seconds, the Python
 stack of the training thread, so the app can name a hung rank and show where it waits.
 
@@ -33,12 +34,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.devices import DeviceProbe, DeviceSampler, host_name
-from agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
-from agent.heartbeat import HeartbeatThread, Position
-from agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
-from agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
-from agent.schema import (
+from ringscope.agent.devices import DeviceProbe, DeviceSampler, host_name
+from ringscope.agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
+from ringscope.agent.heartbeat import HeartbeatThread, Position
+from ringscope.agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
+from ringscope.agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
+from ringscope.agent.schema import (
     AGENT_VERSION,
     MAX_TEXT_CHARS,
     Event,

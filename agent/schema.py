@@ -1,7 +1,7 @@
 """THE Ringscope telemetry schema: every record kind, its fields, their units, and the version rule.
 
-This module owns the vocabulary both sides speak. The wire format (``agent.wire``), the collector's live store,
-the SQLite recorder's tables and the views all derive from the ``FIELDS`` tables below; nothing else defines a
+This module owns the vocabulary both sides speak. The wire format (``ringscope.agent.wire``), the collector's live
+store, the SQLite recorder's tables and the views all derive from the ``FIELDS`` tables below; nothing else defines a
 field. It must stay cheap to import: stdlib only, never torch, tensorflow, zmq or Qt.
 
 Versioning (``SCHEMA_VERSION = (major, minor)``):
@@ -33,7 +33,8 @@ AGENT_VERSION: Final[str] = "0.1.0"
 MAX_TEXT_CHARS: Final[int] = 16_384
 """Longest string accepted in any text field (error texts are truncated to this by the agent)."""
 
-# ---- Value limits (what a receiver accepts; ``agent.wire`` enforces them) -----------------------------------------
+# ---- Value limits (what a receiver accepts; ``ringscope.agent.wire`` enforces them)
+# -----------------------------------------
 # Every value must fit where it is kept: SQLite stores signed 64-bit integers, the reports put time points on one
 # axis. A message holding a value outside these limits is rejected whole (reason "range" / "limit").
 

@@ -36,9 +36,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.keys import ENV_KEY, AgentKeys
-from agent.runtime import Agent, start
-from agent.schema import EventKind, GpuSample, GpuStatus, HostSample
+from ringscope.agent.keys import ENV_KEY, AgentKeys
+from ringscope.agent.runtime import Agent, start
+from ringscope.agent.schema import EventKind, GpuSample, GpuStatus, HostSample
 
 log = logging.getLogger(__name__)
 
@@ -238,15 +238,15 @@ def _run_in_thread(config: _Config, duration_s: float | None, stop: threading.Ev
 
 def _run_in_processes(configs: Sequence[_Config], duration_s: float | None, stop: threading.Event,
                       keys: AgentKeys | None) -> tuple[list[dict], list[str]]:
-    """One ``python -m agent.simulate`` child per config, driven over stdin/stdout lines. Returns the children's
-    outcomes and, in words, the children that died (their death stops the others).
+    """One ``python -m ringscope.agent.simulate`` child per config, driven over stdin/stdout lines. Returns the
+    children's outcomes and, in words, the children that died (their death stops the others).
 
     Plain subprocesses rather than multiprocessing: "spawn" re-imports the caller's ``__main__`` (breaking
     unguarded scripts) and "fork" would copy a process that holds ZeroMQ sockets and threads.
     """
     env = None if keys is None else dict(os.environ, **{ENV_KEY: keys.token})  # environment, not argv: ps shows argv
     children = [
-        subprocess.Popen([sys.executable, "-m", "agent.simulate", json.dumps(dataclasses.asdict(c))],
+        subprocess.Popen([sys.executable, "-m", "ringscope.agent.simulate", json.dumps(dataclasses.asdict(c))],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
         for c in configs
     ]

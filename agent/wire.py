@@ -5,12 +5,13 @@ A message is one msgpack map (the *envelope*)::
     {"v": [major, minor], "a": agent_id, "q": seq, "t": sent_s, "r": [[kind, [field values...]], ...]}
 
 ``seq`` counts messages per agent from 0 so a receiver sees gaps instead of guessing them. Field values are
-positional, in ``agent.schema.FIELDS`` order (see the version rule there).
+positional, in ``ringscope.agent.schema.FIELDS`` order (see the version rule there).
 
 Validation judges values, not only types, so that whatever is accepted can be stored and shown: integers fit in
 signed 64 bits (ranks in ``0..MAX_RANK``), seconds are finite and within ``MAX_ABS_SECONDS``, text is ``str`` (never
 bytes) of bounded length, ``Hello.ranks`` is a flat list of ints and ``Hello.devices`` a list of flat maps with
-``str`` keys and scalar values, and nothing is nested or longer than the limits in ``agent.schema``. A non-finite
+``str`` keys and scalar values, and nothing is nested or longer than the limits in ``ringscope.agent.schema``. A
+non-finite
 optional reading that is not a time (a NaN ``loss``) becomes ``None``. See ``REASONS`` for the rejection codes.
 
 This module owns no sockets and never raises anything but ``WireError`` from ``decode`` (its own error texts are
@@ -28,7 +29,7 @@ from typing import Any, Final
 
 import msgpack
 
-from agent.schema import (
+from ringscope.agent.schema import (
     FIELDS,
     INT_MAX,
     INT_MIN,
@@ -244,7 +245,7 @@ def _rule(kind: str, spec: FieldSpec) -> int:
     if list in spec.types:
         rules = {"ranks": _RANKS, "devices": _DEVICES}
         if spec.name not in rules:  # a new list field needs a rule here before it can be received
-            raise TypeError(f"agent.wire has no validation rule for list field {kind}.{spec.name}")
+            raise TypeError(f"ringscope.agent.wire has no validation rule for list field {kind}.{spec.name}")
         return rules[spec.name]
     if float in spec.types:
         return _SECONDS if spec.name.endswith("_s") else _READING
@@ -301,7 +302,8 @@ def _decode_record(index: int, item: Any) -> Record | None:
                 if not optional:
                     raise WireError("range", f"record {index} ({kind}) field {name} must be finite, got "
                                              f"{_show(value)}")
-                values[position] = None  # a non-finite reading is no reading (see agent.schema.MAX_ABS_SECONDS)
+                # a non-finite reading is no reading (see ringscope.agent.schema.MAX_ABS_SECONDS)
+                values[position] = None
         elif rule == _INT:
             if value_type is not int:
                 raise _wrong_type(index, kind, name, rule, value)

@@ -15,7 +15,7 @@ from typing import Any
 
 import zmq
 
-import agent
+from ringscope import agent
 
 
 def _free_port() -> int:

@@ -1,7 +1,7 @@
 """Overhead of Ringscope's DDP instrumentation: step time with the agent vs without, interleaved in one run.
 
-One torchrun run of 2 gloo ranks measures two workloads of the reference trainer (``trainers.ddp_trainer``'s MLP
-and ``trainers.common`` data, batch 32 per rank), one after the other in the same processes:
+One torchrun run of 2 gloo ranks measures two workloads of the reference trainer (``ringscope.trainers.ddp_trainer``'s
+MLP and ``ringscope.trainers.common`` data, batch 32 per rank), one after the other in the same processes:
 
 * ``digits``: the trainer's default (digits data, width 64, depth 2): a ~1-3 ms step, the worst case for a fixed
   per-step cost;
@@ -13,7 +13,8 @@ Each workload holds four identical DDP models (same seed, ``gradient_as_bucket_v
 * ``control``: a second plain DDP model, measured exactly like the baseline. control / baseline is an A/A ratio:
   its spread is the noise floor of this machine at this moment, so an instrumented ratio inside it is not a
   measured overhead;
-* ``instrumented``: ``agent.torch_ddp.instrument`` (timing all-reduce hook, timed loader, ``step_done`` with the
+* ``instrumented``: ``ringscope.agent.torch_ddp.instrument`` (timing all-reduce hook, timed loader, ``step_done`` with
+the
   loss tensor) reporting every step through a real agent to a real ZeroMQ PULL socket bound by the parent;
 * ``python_hook``: plain DDP with PyTorch's own Python ``allreduce_hook`` and no agent: what any Python comm hook
   costs over DDP's C++ one, so the instrumented ratio can be read against that floor.
@@ -108,9 +109,9 @@ def _measure(name: str, spec: tuple[str, int, int, int, tuple[int, int], int], q
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
-    from agent.torch_ddp import instrument
-    from trainers import common
-    from trainers.ddp_trainer import build_model
+    from ringscope.agent.torch_ddp import instrument
+    from ringscope.trainers import common
+    from ringscope.trainers.ddp_trainer import build_model
 
     dataset, width, depth, batch, rounds_by_mode, block = spec
     rounds = rounds_by_mode[0 if quick else 1]
@@ -161,7 +162,7 @@ def _free_port() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        from trainers.ddp_trainer import exit_without_finalizing
+        from ringscope.trainers.ddp_trainer import exit_without_finalizing
 
         _child(sys.argv[2] == "quick")
         exit_without_finalizing(0)  # the same native teardown abort as the trainer's (see there)

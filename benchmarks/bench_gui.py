@@ -53,9 +53,9 @@ def _measure(ranks: int, seconds: float) -> list[dict]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6 import QtCore, QtWidgets
 
-    from gui.app import build_window
-    from gui.views import theme
-    from gui.views.qt_preferences import Preferences
+    from ringscope.gui.app import build_window
+    from ringscope.gui.views import theme
+    from ringscope.gui.views.qt_preferences import Preferences
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     theme.apply_theme(app, "dark")

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from agent.heartbeat import COLLECTIVE, COMPUTE, DATA_WAIT, HeartbeatThread, Position
+from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE, DATA_WAIT, HeartbeatThread, Position
 
 
 def _mark_cost_ns(steps: int) -> float:

@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.keys import CollectorKeys
-from agent.simulate import run_cluster
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
+from ringscope.agent.keys import CollectorKeys
+from ringscope.agent.simulate import run_cluster
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
 
 
 def block_cost(ranks: int = 1024, steps: int = 10, repeats: int = 20) -> list[dict[str, Any]]:
-    """Writer-thread CPU the columnar copy of the step rows (``gui.core.ingest.blocks``) adds per step row: encoding
-    one commit's rows (``ranks`` x ``steps``, as the converter makes them) into a block."""
-    from agent import wire
-    from agent.schema import Step
-    from gui.core.ingest import blocks
+    """Writer-thread CPU the columnar copy of the step rows (``ringscope.gui.core.ingest.blocks``) adds per step row:
+    encoding one commit's rows (``ranks`` x ``steps``, as the converter makes them) into a block."""
+    from ringscope.agent import wire
+    from ringscope.agent.schema import Step
+    from ringscope.gui.core.ingest import blocks
 
     records = [Step(r, s, 1.7e9 + s, 1.7e9 + s + 0.1, 0.1, data_wait_s=0.01, compute_s=0.05, comm_s=0.03,
                     comm_exposed_s=0.02, samples=32, loss=0.5) for s in range(steps) for r in range(ranks)]

@@ -5,10 +5,12 @@
 Issues: "RSS <= 2 GB after a simulated hour at 1024 ranks" and "recorder cost per record at 1024 ranks". A child
 process (its RSS is that of a process holding only this state, not the benchmark driver's earlier topics) builds
 the collector's sinks, a ``LiveRuns`` and a ``Recorder`` writing a real session file in a temporary folder, and
-feeds them a simulated run as ``gui.core.ingest.collector`` does: each message is decoded with
-``agent.wire.decode`` and handed to each sink's ``on_batch(batch, recv_s)`` in turn. The messages come from a
-second process playing the agents (one per rank), as real agents run elsewhere: ``agent.schema`` records encoded
-with ``agent.wire`` as ``agent.publisher`` batches them (Hello first and every 5 s, the steps, one GpuSample per
+feeds them a simulated run as ``ringscope.gui.core.ingest.collector`` does: each message is decoded with
+``ringscope.agent.wire.decode`` and handed to each sink's ``on_batch(batch, recv_s)`` in turn. The messages come from a
+second process playing the agents (one per rank), as real agents run elsewhere: ``ringscope.agent.schema`` records
+encoded
+with ``ringscope.agent.wire`` as ``ringscope.agent.publisher`` batches them (Hello first and every 5 s, the steps, one
+GpuSample per
 rank and one HostSample per host every 5 s, Health last, started / checkpoint / finished events). Simulated time
 drives every timestamp (``recv_s`` is the send time plus 2 ms), so an hour takes minutes. Every 10 simulated
 seconds the runs table and a snapshot are built as the window's timer would; the last 6 snapshots stay alive, as
@@ -49,8 +51,8 @@ from typing import IO, Any, Final
 
 import numpy as np
 
-from agent import wire
-from agent.schema import (
+from ringscope.agent import wire
+from ringscope.agent.schema import (
     AGENT_VERSION,
     Event,
     EventKind,
@@ -63,9 +65,9 @@ from agent.schema import (
     Step,
     schema_version_str,
 )
-from agent.simulate import COMPUTE_SHARE, DATA_SHARE, JITTER_SHARE, OTHER_SHARE, OVERLAP_SHARE, TAIL_SHARE
-from gui.core.ingest.recorder import Recorder
-from gui.core.live.runs import LiveRuns
+from ringscope.agent.simulate import COMPUTE_SHARE, DATA_SHARE, JITTER_SHARE, OTHER_SHARE, OVERLAP_SHARE, TAIL_SHARE
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.live.runs import LiveRuns
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 RUN_ID: Final = "bench-memory"
@@ -187,7 +189,7 @@ def _rows(scenario: Scenario, r: dict[str, Any]) -> list[dict[str, Any]]:
             f"writer thread: convert + SQLite + step blocks, close excluded{elsewhere('writer')}; "
             f"{dense['records'] / max(1.0, dense['messages']):.1f} records per message"),
         row(f"{size}: decode CPU per record", us(dense, "decode"), "µs CPU",
-            f"agent.wire.decode{elsewhere('decode')}; the agents' process spent {r['encode_cpu_s']:.0f} s "
+            f"ringscope.agent.wire.decode{elsewhere('decode')}; the agents' process spent {r['encode_cpu_s']:.0f} s "
             "building + encoding"),
         row("window frame (runs table + snapshot)", r["frame_ms"], "ms CPU",
             f"mean of {r['frames']} frames, one per {FRAME_EVERY_S} simulated s"),
@@ -203,8 +205,8 @@ def _rows(scenario: Scenario, r: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class _Cluster:
-    """One agent per rank: what each sends per tick, encoded as ``agent.publisher`` would (Hello first, Health
-    last). The step model is ``agent.simulate``'s, on a fixed grid of ``steps_per_s`` steps a second."""
+    """One agent per rank: what each sends per tick, encoded as ``ringscope.agent.publisher`` would (Hello first, Health
+    last). The step model is ``ringscope.agent.simulate``'s, on a fixed grid of ``steps_per_s`` steps a second."""
 
     def __init__(self, scenario: Scenario, t0: float) -> None:
         self.scenario = scenario
@@ -272,7 +274,8 @@ class _Cluster:
         return out
 
     def _steps(self, k: int) -> list[Step]:
-        """Step ``k`` of every rank: a synchronous all-reduce, so all end together (``agent.simulate``'s model)."""
+        """Step ``k`` of every rank: a synchronous all-reduce, so all end together (``ringscope.agent.simulate``'s
+        model)."""
         period = self.period_s
         compute = COMPUTE_SHARE * period + self.rng.random(self.scenario.ranks) * JITTER_SHARE * period
         arrive = DATA_SHARE * period + compute

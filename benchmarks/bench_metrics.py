@@ -12,10 +12,10 @@ import time
 import urllib.request
 from typing import Any
 
-from agent import wire
-from agent.schema import GpuSample, GpuStatus, Hello, HostSample, Step
-from gui.core.live.runs import LiveRuns
-from gui.core.metrics import MetricsLimits, MetricsServer
+from ringscope.agent import wire
+from ringscope.agent.schema import GpuSample, GpuStatus, Hello, HostSample, Step
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.metrics import MetricsLimits, MetricsServer
 
 T0 = time.time() - 60.0
 

@@ -48,7 +48,8 @@ def _condition(name: str, timing: str, rounds: int, steps: int, *, recorder: boo
         record = None
         if recorder:
             record = subprocess.Popen(
-                [sys.executable, "-m", "gui.cli", "record", "--out", str(Path(folder) / "peer.db"), "--bind", endpoint,
+                [sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(Path(folder) / "peer.db"),
+                 "--bind", endpoint,
                  "--progress-s", "0"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             time.sleep(2.0)  # listening before the ranks start (they would connect later anyway)
         started = time.monotonic()

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from agent.schema import FIELDS, schema_version_str
-from gui.core.ingest import blocks
-from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement
+from ringscope.agent.schema import FIELDS, schema_version_str
+from ringscope.gui.core.ingest import blocks
+from ringscope.gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement
 
 T0 = 1_700_000_000.0
 
@@ -75,8 +75,8 @@ def write_session(path: Path, ranks: int, duration_s: float, steps_per_s: float,
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Seconds to load and rebuild a long session, and the window's frame time over it."""
-    from gui.core.ingest.session import load
-    from gui.core.live.replay import runs_from_session
+    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.live.replay import runs_from_session
 
     ranks, duration_s, rate = (32, 600.0, 2.0) if quick else (256, 3600.0, 2.0)
     rows: list[dict[str, Any]] = []
@@ -108,10 +108,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 def _frames(runs: Any, quick: bool) -> list[dict[str, Any]]:
     """Frame time of the read-only window over the reopened run: whole run, then zoomed into one minute."""
     try:
-        from gui.app import build_viewer  # the window side of reopening (views)
+        from ringscope.gui.app import build_viewer  # the window side of reopening (views)
     except ImportError:
         return [{"benchmark": "reopen", "metric": "window frame", "value": float("nan"), "unit": "ms",
-                 "note": "gui.app.build_viewer not available"}]
+                 "note": "ringscope.gui.app.build_viewer not available"}]
     import os
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

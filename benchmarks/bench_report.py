@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from gui.core.analysis.summary import analyze
-from gui.core.report import build_report, export
-from gui.core.session_data import SessionData, empty_columns
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.report import build_report, export
+from ringscope.gui.core.session_data import SessionData, empty_columns
 
 
 def large_session(ranks: int, steps: int, seed: int = 0) -> SessionData:
@@ -76,7 +76,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 def hour_rows(ranks: int = 256, duration_s: float = 3600.0, steps_per_s: float = 2.0) -> list[dict[str, Any]]:
     """Seconds to load, analyze and export (HTML, PDF) a 1-hour session file of ``ranks`` ranks."""
     from benchmarks.bench_reopen import write_session
-    from gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session import load
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:

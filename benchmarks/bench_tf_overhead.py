@@ -1,8 +1,8 @@
 """Overhead of Ringscope's TensorFlow custom-loop instrumentation: step time with the agent vs without.
 
 One child process (MirroredStrategy, 2 logical CPU devices; TF's logical devices must be set before any op runs,
-hence the subprocess) measures two workloads of the reference trainer (``trainers.tf_trainer.build_model``'s MLP
-and ``trainers.common`` data, batch 32 per replica), one after the other:
+hence the subprocess) measures two workloads of the reference trainer (``ringscope.trainers.tf_trainer.build_model``'s
+MLP and ``ringscope.trainers.common`` data, batch 32 per replica), one after the other:
 
 * ``digits``: the trainer's default (digits data, width 64, depth 2): a ~2-3 ms step, the worst case for a fixed
   per-step cost;
@@ -86,9 +86,9 @@ def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int
     import keras
     import tensorflow as tf
 
-    from agent.tf_distribute import TimedStepRunner, start_agent
-    from trainers import common
-    from trainers.tf_trainer import build_model
+    from ringscope.agent.tf_distribute import TimedStepRunner, start_agent
+    from ringscope.trainers import common
+    from ringscope.trainers.tf_trainer import build_model
 
     dataset, width, depth, batch, rounds_by_mode, block = spec
     # TF start-up and tracing take ~20 s of the quick budget: a third of the rounds DDP runs.

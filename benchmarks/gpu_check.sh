@@ -10,7 +10,7 @@
 #   build instead: GPU_CHECK_INSTALL_TORCH=1 makes this script reinstall torch without the constraint.
 #
 # With an existing Python that has CUDA torch (no `make setup`):   PYTHON=python3 bash benchmarks/gpu_check.sh
-#   The repository is used from its folder (not installed). It needs pyzmq, msgpack, psutil, numpy, scikit-learn
+#   The repository is used from its folder (not installed: src/ goes first on PYTHONPATH). It needs pyzmq, msgpack, psutil, numpy, scikit-learn
 #   and nvidia-ml-py besides torch. On this workplace's lent H200 machines (nothing can be downloaded there,
 #   python3 is 3.12 with CUDA torch and all of those but pyzmq) carry pyzmq as a wheel. Here, in the repo root:
 #     echo /.whl/ >> .git/info/exclude
@@ -29,7 +29,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 if [ -n "${PYTHON:-}" ]; then
     PY=$PYTHON
-    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the repository's packages, not installed
+    # the repository, not installed: src/ holds the ringscope namespace, the root the benchmarks package
+    export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     missing=$("$PY" - <<'PYEOF'
 import importlib.util
 names = {"torch": "torch", "zmq": "pyzmq", "msgpack": "msgpack", "psutil": "psutil", "numpy": "numpy",

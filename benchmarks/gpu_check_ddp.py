@@ -1,4 +1,5 @@
-"""GPU check of agent.torch_ddp (run by benchmarks/gpu_check.sh on a machine with NVIDIA GPUs; needs CUDA torch).
+"""GPU check of ringscope.agent.torch_ddp (run by benchmarks/gpu_check.sh on a machine with NVIDIA GPUs; needs CUDA
+torch).
 
 1. The reference trainer with NCCL on every GPU (nproc = GPU count), rank 0 slowed by 50 ms when there are 2+
    GPUs, telemetry received on a real PULL socket: prints per rank the CUDA-event phase medians (data wait,
@@ -21,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent import wire
-from agent.schema import GpuSample, Hello, Record, Step
-from trainers.common import parse_result
+from ringscope.agent import wire
+from ringscope.agent.schema import GpuSample, Hello, Record, Step
+from ringscope.trainers.common import parse_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["--device", "cuda", "--dataset", "synthetic", "--model-width", "2048", "--model-depth", "4",
@@ -33,7 +34,7 @@ TRAIN = ["--device", "cuda", "--dataset", "synthetic", "--model-width", "2048", 
 def torchrun(nproc: int, args: list[str], endpoint: str) -> dict[str, Any]:
     env = dict(os.environ, RINGSCOPE_ENDPOINT=endpoint, RINGSCOPE_RUN_ID="gpu-check")
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                          "--master-port", str(_free_port()), "-m", "trainers.ddp_trainer", *args],
+                          "--master-port", str(_free_port()), "-m", "ringscope.trainers.ddp_trainer", *args],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     if out.returncode != 0:
         raise SystemExit(f"gpu_check_ddp: trainer failed ({out.returncode}):\n{out.stderr[-4000:]}")

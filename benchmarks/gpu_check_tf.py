@@ -72,7 +72,7 @@ def main() -> int:
         tf.config.experimental.set_memory_growth(gpu, True)
     strategy = tf.distribute.MirroredStrategy()
     replicas = strategy.num_replicas_in_sync
-    from agent.tf_distribute import TimedStepRunner
+    from ringscope.agent.tf_distribute import TimedStepRunner
 
     slow_rank = 1 if replicas > 1 else None
 

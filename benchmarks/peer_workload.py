@@ -3,7 +3,8 @@
 
 The workload of shared/ENVIRONMENT.md — the PyTorch examples' DDP tutorial adapted to CPU/gloo: ``nn.Linear(20, 1)``,
 batch 32, 262 144 random in-memory samples, SGD, DistributedSampler — on two identical DDP models: ``plain`` (no
-Ringscope) and ``agent`` (``agent.torch_ddp.instrument`` with its timed loader and ``step_done`` every step, the
+Ringscope) and ``agent`` (``ringscope.agent.torch_ddp.instrument`` with its timed loader and ``step_done`` every step,
+the
 README's three lines, reporting to ``RINGSCOPE_ENDPOINT``). Each round trains ``--phase-steps`` steps on each model, the
 order alternating every round (ABBA), so load drifting on a shared machine hits both alike. Rank 0 prints one line
 per round: ``ROUND <plain ms> <agent ms> <plain thread µs> <agent thread µs>``: the median wall time of an iteration
@@ -26,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from agent.torch_ddp import instrument
+from ringscope.agent.torch_ddp import instrument
 
 
 def main() -> None:

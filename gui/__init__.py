@@ -1,1 +1,2 @@
-"""Ringscope master-node application. ``gui.core`` is Qt-free; ``gui.views`` and ``gui.app`` hold the Qt code."""
+"""Ringscope master-node application. ``ringscope.gui.core`` is Qt-free; ``ringscope.gui.views`` and
+``ringscope.gui.app`` hold the Qt code."""

@@ -21,15 +21,15 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from agent.keys import ENV_KEY, CollectorKeys
-from gui.core.analysis.runs import launch_outcome
-from gui.core.ingest.collector import CollectorError
-from gui.core.ingest.session import load as load_session
-from gui.core.launch import Launcher, connect_endpoint, remote_endpoint
-from gui.core.live.live_analysis import LiveAnalyzer
-from gui.core.live.runs import LiveRuns
-from gui.core.live.store import LiveStore
-from gui.core.service.client import (
+from ringscope.agent.keys import ENV_KEY, CollectorKeys
+from ringscope.gui.core.analysis.runs import launch_outcome
+from ringscope.gui.core.ingest.collector import CollectorError
+from ringscope.gui.core.ingest.session import load as load_session
+from ringscope.gui.core.launch import Launcher, connect_endpoint, remote_endpoint
+from ringscope.gui.core.live.live_analysis import LiveAnalyzer
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.service.client import (
     IngestError,
     IngestProcess,
     RemoteCollector,
@@ -38,13 +38,13 @@ from gui.core.service.client import (
     RemoteStore,
     RemoteWatcher,
 )
-from gui.core.service.server import IngestSetup
-from gui.core.session_data import SessionData
-from gui.views import theme
-from gui.views.qt_background import start_background
-from gui.views.qt_cost_panel import QtCostPanel
-from gui.views.qt_main_window import QtMainWindow
-from gui.views.qt_preferences import Preferences, load_preferences
+from ringscope.gui.core.service.server import IngestSetup
+from ringscope.gui.core.session_data import SessionData
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_background import start_background
+from ringscope.gui.views.qt_cost_panel import QtCostPanel
+from ringscope.gui.views.qt_main_window import QtMainWindow
+from ringscope.gui.views.qt_preferences import Preferences, load_preferences
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class WindowParts:
     """Everything ``build_window`` made; ``close()`` stops it in the right order.
 
     The collector, the live runs and the recorder live in the ingest process (``ingest``); ``runs``,
-    ``collector`` and ``recorder`` are the window's stand-ins for them (``gui.core.service.client``).
+    ``collector`` and ``recorder`` are the window's stand-ins for them (``ringscope.gui.core.service.client``).
     ``store`` is the store of the run the window shows now (an empty store before any run).
     """
 
@@ -124,7 +124,7 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
     """Build (but do not ``exec``) the window with a running collector. A QApplication must exist.
 
     ``record=False`` keeps the session in memory only. ``simulate_ranks`` feeds the window from
-    ``agent.simulate.run_cluster`` (real agents, real sockets) in a background thread. ``keys`` makes the
+    ``ringscope.agent.simulate.run_cluster`` (real agents, real sockets) in a background thread. ``keys`` makes the
     collector require CURVE; the trainings the window launches (and the simulation) get the access token.
     """
     prefs = preferences or load_preferences()
@@ -178,9 +178,10 @@ def build_viewer(path: str | Path | None = None, *, runs: LiveRuns | None = None
     """A read-only window over a recorded session (no collector, launcher or recorder). A QApplication must exist.
 
     Give the session file (``path``), or its loaded ``data``, or the ``runs`` rebuilt from it already
-    (``gui.core.live.replay.runs_from_session``). Raises ``SessionFileError`` for a file that is not a session.
+    (``ringscope.gui.core.live.replay.runs_from_session``). Raises ``SessionFileError`` for a file that is not a
+    session.
     """
-    from gui.core.live.replay import runs_from_session
+    from ringscope.gui.core.live.replay import runs_from_session
 
     prefs = preferences or load_preferences()
     if data is None and path is not None and runs is None:
@@ -208,7 +209,7 @@ _viewers: list[ViewerParts] = []
 def open_viewer(path: str | Path, preferences: Preferences | None = None) -> None:
     """Open a recording in a new read-only window (File ▸ Open session…): loaded on a worker thread, shown when
     ready; a file that is not a session is reported in a message box."""
-    from gui.core.live.replay import runs_from_session
+    from ringscope.gui.core.live.replay import runs_from_session
 
     prefs = preferences or load_preferences()
 
@@ -292,7 +293,7 @@ def run(*, bind: str | None = None, record_to: str | None = None, demo: object |
 def missing_display() -> str | None:
     """Why no window can open here, or None: no X11/Wayland display and no Qt platform chosen, or Qt's xcb
     libraries missing (Qt would abort inside ``QApplication``); the message names the packages to install."""
-    from gui.core.display import display_problem
+    from ringscope.gui.core.display import display_problem
 
     return display_problem(os.environ)
 
@@ -359,7 +360,7 @@ def _start_demo(parts: WindowParts, demo: object) -> None:
 
 def _start_simulation(parts: WindowParts, ranks: int, kwargs: dict[str, Any], keys: CollectorKeys | None
                       ) -> threading.Thread:
-    from agent.simulate import run_cluster
+    from ringscope.agent.simulate import run_cluster
 
 
     def body() -> None:

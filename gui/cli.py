@@ -23,21 +23,22 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gui.commands._args import EXIT_USAGE, Parser
+from ringscope.gui.commands._args import EXIT_USAGE, Parser
+from ringscope.gui.core.extras import MissingExtraError
 
-# sub-command name -> module under gui.commands providing add_arguments(parser) and run(args) -> int
+# sub-command name -> module under ringscope.gui.commands providing add_arguments(parser) and run(args) -> int
 COMMANDS: dict[str, str] = {
-    "window": "gui.commands.window",
-    "demo": "gui.commands.demo",
-    "open": "gui.commands.open",
-    "record": "gui.commands.record",
-    "simulate": "gui.commands.simulate",
-    "info": "gui.commands.info",
-    "report": "gui.commands.report",
-    "compare": "gui.commands.compare",
-    "keys": "gui.commands.keys",
-    "run": "gui.commands.run",
-    "sweep": "gui.commands.sweep",
+    "window": "ringscope.gui.commands.window",
+    "demo": "ringscope.gui.commands.demo",
+    "open": "ringscope.gui.commands.open",
+    "record": "ringscope.gui.commands.record",
+    "simulate": "ringscope.gui.commands.simulate",
+    "info": "ringscope.gui.commands.info",
+    "report": "ringscope.gui.commands.report",
+    "compare": "ringscope.gui.commands.compare",
+    "keys": "ringscope.gui.commands.keys",
+    "run": "ringscope.gui.commands.run",
+    "sweep": "ringscope.gui.commands.sweep",
 }
 DEFAULT_COMMAND = "window"
 _TOP_LEVEL_ONLY = ("-h", "--help", "--version")
@@ -53,7 +54,7 @@ def version() -> str:
     """``ringscope X.Y.Z (telemetry schema A.B)``."""
     from importlib import metadata
 
-    from agent.schema import AGENT_VERSION, schema_version_str
+    from ringscope.agent.schema import AGENT_VERSION, schema_version_str
 
     try:
         number = metadata.version("ringscope")
@@ -99,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if module is None:
         parser.print_help()
         return EXIT_USAGE
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except MissingExtraError as exc:  # an optional part the command needs is not installed: one line says which
+        print(f"ringscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _with_command(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:

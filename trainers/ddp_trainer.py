@@ -1,7 +1,7 @@
-"""Reference PyTorch DDP training that uses Ringscope like a user would (``agent.torch_ddp.instrument``).
+"""Reference PyTorch DDP training that uses Ringscope like a user would (``ringscope.agent.torch_ddp.instrument``).
 
-Run with ``torchrun --nproc-per-node 2 -m trainers.ddp_trainer [options]`` on CPU (gloo) or GPU (nccl,
-``--device auto|cpu|cuda``). Shared options are in ``trainers.common``; DDP-only ones: ``--device``,
+Run with ``torchrun --nproc-per-node 2 -m ringscope.trainers.ddp_trainer [options]`` on CPU (gloo) or GPU (nccl,
+``--device auto|cpu|cuda``). Shared options are in ``ringscope.trainers.common``; DDP-only ones: ``--device``,
 ``--compression none|fp16|bf16|powersgd`` (wrapped by the timing hook), ``--bucket-mb``, ``--amp`` (GPU only),
 ``--comm-delay-ms X`` (each bucket's all-reduce completes X ms later: ``delayed_comm_hook``).
 
@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Sampler
 
-from trainers import common
+from ringscope.trainers import common
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -39,7 +39,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 def build_parser() -> argparse.ArgumentParser:
     """The trainer's options: the shared ones plus device, compression, buckets and AMP."""
     parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node N -m trainers.ddp_trainer",
+        prog="torchrun --nproc-per-node N -m ringscope.trainers.ddp_trainer",
         description="Ringscope's reference PyTorch DDP training (an MLP on digits or synthetic data).",
     )
     common.add_common_arguments(parser)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         device = torch.device("cpu")
         torch.set_num_threads(1)  # two ranks on a small box: one thread each, no oversubscription
-    if "RANK" not in os.environ:  # plain `python -m trainers.ddp_trainer`: a one-rank group
+    if "RANK" not in os.environ:  # plain `python -m ringscope.trainers.ddp_trainer`: a one-rank group
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     dist.init_process_group(backend, device_id=device if args.device == "cuda" else None)
     try:
@@ -180,7 +180,7 @@ def _train(args: argparse.Namespace, device: torch.device) -> int:
             ddp.register_comm_hook(comm_state, comm_hook)
         batches: Any = loader
     else:
-        from agent.torch_ddp import instrument
+        from ringscope.agent.torch_ddp import instrument
 
         probe = instrument(ddp, loader, comm_hook=comm_hook, comm_state=comm_state)
         batches = probe.loader
@@ -228,7 +228,7 @@ def _train(args: argparse.Namespace, device: torch.device) -> int:
 
 
 def _hook_pair(compression: str) -> tuple[Any, Any]:
-    from agent.torch_ddp import comm_hook_for
+    from ringscope.agent.torch_ddp import comm_hook_for
 
     return comm_hook_for(compression)
 

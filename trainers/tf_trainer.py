@@ -1,15 +1,15 @@
 """Reference TensorFlow training (MirroredStrategy / MultiWorkerMirroredStrategy) reporting to Ringscope.
 
-    python -m trainers.tf_trainer --strategy mirrored --devices 2 --steps 100
-    python -m trainers.tf_trainer --strategy multi_worker_mirrored --spawn-workers 2 --steps 100
+    python -m ringscope.trainers.tf_trainer --strategy mirrored --devices 2 --steps 100
+    python -m ringscope.trainers.tf_trainer --strategy multi_worker_mirrored --spawn-workers 2 --steps 100
     TF_CONFIG='{"cluster": {"worker": ["localhost:12345", "localhost:12346"]}, "task": {"type": "worker",
-    "index": 0}}' python -m trainers.tf_trainer --strategy multi_worker_mirrored   # one process per worker
+    "index": 0}}' python -m ringscope.trainers.tf_trainer --strategy multi_worker_mirrored   # one process per worker
 
-Same MLP, data sets, options and injected delays as the DDP trainer (``trainers.common``); ``--batch-size`` is per
-replica there and here, so the global batch is ``--batch-size x replicas`` in both. On CPU, MirroredStrategy gets
+Same MLP, data sets, options and injected delays as the DDP trainer (``ringscope.trainers.common``); ``--batch-size``
+is per replica there and here, so the global batch is ``--batch-size x replicas`` in both. On CPU, MirroredStrategy gets
 ``--devices`` logical CPU devices (split before any op runs); each MultiWorker worker runs one CPU replica.
 ``--spawn-workers N`` starts N local worker processes with free localhost ports (no TensorFlow in the launcher).
-The custom loop reports through ``agent.tf_distribute.TimedStepRunner``; ``--fit`` uses ``model.fit`` with
+The custom loop reports through ``ringscope.agent.tf_distribute.TimedStepRunner``; ``--fit`` uses ``model.fit`` with
 ``RingscopeCallback`` instead (coarser figures: see that callback's docstring).
 
 Thin on purpose: it uses the agent like a user would. It must never import tensorflow before the options are
@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from trainers import common
+from ringscope.trainers import common
 
 STRATEGIES = ("mirrored", "multi_worker_mirrored")
 
@@ -37,8 +37,9 @@ STRATEGIES = ("mirrored", "multi_worker_mirrored")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The trainer's options: the shared ones (``trainers.common``) plus the TensorFlow ones."""
-    parser = argparse.ArgumentParser(prog="python -m trainers.tf_trainer", description=__doc__.split("\n\n")[0])
+    """The trainer's options: the shared ones (``ringscope.trainers.common``) plus the TensorFlow ones."""
+    parser = argparse.ArgumentParser(prog="python -m ringscope.trainers.tf_trainer",
+                                     description=__doc__.split("\n\n")[0])
     common.add_common_arguments(parser)
     tf_group = parser.add_argument_group("tensorflow")
     tf_group.add_argument("--strategy", choices=STRATEGIES, default="mirrored", help="tf.distribute strategy")
@@ -74,7 +75,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.strategy == "mirrored":
         world = args.devices or 2  # GPU runs re-check against the real device count once TF is up
     else:
-        from agent.tf_distribute.identity import worker_identity
+        from ringscope.agent.tf_distribute.identity import worker_identity
 
         if args.devices not in (None, 1) and args.device != "gpu":
             parser.error("--devices applies to MirroredStrategy; a multi_worker_mirrored CPU worker has 1 replica")
@@ -119,7 +120,7 @@ def spawn_workers(argv: list[str], workers: int, timeout_s: float | None) -> int
             env = dict(env_base)
             env["TF_CONFIG"] = json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}})
             proc = subprocess.Popen(
-                [sys.executable, "-m", "trainers.tf_trainer", *child_argv],
+                [sys.executable, "-m", "ringscope.trainers.tf_trainer", *child_argv],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
             )
             procs.append(proc)
@@ -329,7 +330,13 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         strategy = tf.distribute.MirroredStrategy(device_names)
     if args.amp:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")  # bf16 needs no loss scaling
-    from agent.tf_distribute import TimedStepRunner, restore_latest, save_checkpoint, start_agent, strategy_ranks
+    from ringscope.agent.tf_distribute import (
+        TimedStepRunner,
+        restore_latest,
+        save_checkpoint,
+        start_agent,
+        strategy_ranks,
+    )
 
     ranks, world, identity = strategy_ranks(strategy)
     common.check_common_arguments(parser, args, world)  # the real replica count (GPU runs) may differ
@@ -408,7 +415,7 @@ def _train_fit(args: argparse.Namespace, strategy: Any, model: Any, optimizer: A
     """``model.fit`` with ``RingscopeCallback`` (and ``BackupAndRestore`` when a checkpoint dir is given)."""
     import keras
 
-    from agent.tf_distribute import RingscopeCallback
+    from ringscope.agent.tf_distribute import RingscopeCallback
 
     with strategy.scope():
         model.compile(optimizer=optimizer,

@@ -7,8 +7,8 @@ collector's ``RINGSCOPE_ENDPOINT``. The bootstrap imports nothing of Ringscope u
 importing; then:
 
 * ``torch_patch`` (PyTorch DDP): the first ``DistributedDataParallel`` built on the training thread gets the
-  timing comm hook of ``agent.torch_ddp`` (a user's later ``register_comm_hook`` is wrapped, never refused), the
-  DataLoader's ``next()`` is timed, and the optimizer step ends the step.
+  timing comm hook of ``ringscope.agent.torch_ddp`` (a user's later ``register_comm_hook`` is wrapped, never refused),
+  the DataLoader's ``next()`` is timed, and the optimizer step ends the step.
 * ``tf_patch`` (TensorFlow): ``model.fit`` under a MirroredStrategy / MultiWorkerMirroredStrategy gets
   ``RingscopeCallback``; a custom loop's ``tf.function`` that calls ``strategy.run`` is timed per call.
 
@@ -17,7 +17,7 @@ turns the injection off with one line on stderr (``guard``). This package and ``
 torch or tensorflow; ``torch_patch`` and ``tf_patch`` are imported only by the bootstrap, after the framework.
 """
 
-from agent.inject.environment import (
+from ringscope.agent.inject.environment import (
     ENV_INJECT_FAULT,
     STARTUP_DIR,
     disabled_by_environment,

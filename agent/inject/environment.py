@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from agent.runtime import ENV_DISABLE, ENV_ENDPOINT, ENV_RUN_ID
+from ringscope.agent.runtime import ENV_DISABLE, ENV_ENDPOINT, ENV_RUN_ID
 
 STARTUP_DIR: Final[Path] = Path(__file__).resolve().parent / "startup"
 """The directory holding the ``sitecustomize`` bootstrap; first on ``PYTHONPATH`` of an injected command."""
@@ -44,5 +44,6 @@ def prepend_path(entry: str, path: str) -> str:
 
 
 def disabled_by_environment(env: Mapping[str, str]) -> bool:
-    """Whether ``RINGSCOPE_DISABLE`` in ``env`` turns Ringscope off (the same values ``agent.runtime`` accepts)."""
+    """Whether ``RINGSCOPE_DISABLE`` in ``env`` turns Ringscope off (the same values ``ringscope.agent.runtime``
+    accepts)."""
     return env.get(ENV_DISABLE, "").strip() in {"1", "true", "yes"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from agent.inject.environment import ENV_INJECT_FAULT
+from ringscope.agent.inject.environment import ENV_INJECT_FAULT
 
 _OFF_FLAG = "_ringscope_zero_code_off"  # the bootstrap's name for the same flag
 

@@ -14,7 +14,8 @@ before the call (inside the function it is part of the step and unknown); sample
 An eager ``strategy.run(...)`` outside any ``tf.function`` is one step itself. Compute, all-reduce and AllReduce
 stall are not separated (the all-reduce runs inside Keras's ``apply_gradients`` in the graph): that needs
 ``TimedStepRunner``. Calls made by Keras (``fit``, ``evaluate``, ``predict``, ``*_on_batch``) and by
-``agent.tf_distribute`` are not counted, so a script that times its loop with ``TimedStepRunner`` is measured once.
+``ringscope.agent.tf_distribute`` are not counted, so a script that times its loop with ``TimedStepRunner`` is measured
+once.
 
 Patched: ``keras.Model.fit`` / ``evaluate`` / ``predict`` / ``*_on_batch``, ``tf.distribute.Strategy.run``,
 ``tf.function``'s ``Function.__call__`` (one thread-local list push per call) and the distributed iterator's
@@ -36,10 +37,10 @@ import keras
 import tensorflow as tf
 from tensorflow.python.distribute import input_lib
 
-from agent.inject import guard
-from agent.runtime import Agent
-from agent.tf_distribute.keras_callback import RingscopeCallback
-from agent.tf_distribute.runtime import start_agent
+from ringscope.agent.inject import guard
+from ringscope.agent.runtime import Agent
+from ringscope.agent.tf_distribute.keras_callback import RingscopeCallback
+from ringscope.agent.tf_distribute.runtime import start_agent
 
 _TLS = threading.local()
 _STEP_FUNCTION = "_ringscope_step_strategy"  # attribute of a marked tf.function: the strategy it runs
@@ -335,7 +336,7 @@ def _data_parallel(strategy: Any) -> bool:
 
 
 def _from_agent(fn: Any) -> bool:
-    return str(getattr(fn, "__module__", "") or "").startswith("agent.")
+    return str(getattr(fn, "__module__", "") or "").startswith("ringscope.agent.")
 
 
 def _replica_samples(batch: Any) -> list[int] | None:

@@ -3,10 +3,11 @@
 Installed (``install``), each falling back to the original on any internal error:
 
 * ``DistributedDataParallel.__init__``: the first DDP model built in the process is attached
-  (``ZeroCodeAttachment``): a ``Probe`` of ``agent.torch_ddp`` and, on CPU/gloo, light timing
+  (``ZeroCodeAttachment``): a ``Probe`` of ``ringscope.agent.torch_ddp`` and, on CPU/gloo, light timing
   (``hook.GradReadyMarks``: no comm hook, DDP keeps its C++ all-reduce); on CUDA (or ``RINGSCOPE_DDP_TIMING=full``)
   one comm hook registered for good, a small dispatcher that calls the timing hook of the moment
-  (``agent.torch_ddp.hook``: the fused plain all-reduce, or ``timed_hook`` around the user's hook). When the script
+  (``ringscope.agent.torch_ddp.hook``: the fused plain all-reduce, or ``timed_hook`` around the user's hook). When the
+  script
   registers a hook of its own under light timing, the dispatcher is registered then, timing that hook, and the light
   marks stop. Later DDP models of the process are left alone.
 * ``DistributedDataParallel.register_comm_hook`` (and ``_register_builtin_comm_hook``): on an attached model the
@@ -24,7 +25,7 @@ Installed (``install``), each falling back to the original on any internal error
   optimizer step.) With gradient accumulation under ``no_sync()`` a step is one optimizer step, and its data wait
   and compute are those of its last micro-batch (each batch request restarts them).
 
-Double instrumentation: ``agent.torch_ddp.instrument`` on an attached model returns the attachment's probe
+Double instrumentation: ``ringscope.agent.torch_ddp.instrument`` on an attached model returns the attachment's probe
 (``hand_over``), which stops marking steps and timing DataLoaders itself: the script's ``step_done`` and
 ``probe.loader`` take over, as in a manual run. Loss is not reported (the injected path never sees it).
 
@@ -50,18 +51,18 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import dataloader
 
-from agent.heartbeat import COMPUTE, DATA_WAIT
-from agent.inject import guard
-from agent.schema import EventKind
-from agent.torch_ddp import ZERO_CODE_ATTRIBUTE, new_probe
-from agent.torch_ddp.hook import (
+from ringscope.agent.heartbeat import COMPUTE, DATA_WAIT
+from ringscope.agent.inject import guard
+from ringscope.agent.schema import EventKind
+from ringscope.agent.torch_ddp import ZERO_CODE_ATTRIBUTE, new_probe
+from ringscope.agent.torch_ddp.hook import (
     _as_comm_hook,
     is_plain_allreduce,
     light_timing_wanted,
     timed_allreduce_hook,
     timed_hook,
 )
-from agent.torch_ddp.probe import Probe, light_marks
+from ringscope.agent.torch_ddp.probe import Probe, light_marks
 
 _ORIGINAL_NEXT = dataloader._BaseDataLoaderIter.__next__
 _ACTIVE: ZeroCodeAttachment | None = None  # the attachment marking steps itself (None: none, or handed over)

@@ -23,18 +23,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from agent.tf_distribute.identity import WorkerIdentity, replica_ranks, worker_identity
+from ringscope.agent.tf_distribute.identity import WorkerIdentity, replica_ranks, worker_identity
 
 _LAZY: dict[str, str] = {
-    "TimedStepRunner": "agent.tf_distribute.loop",
-    "StepResult": "agent.tf_distribute.loop",
-    "ReplicaTiming": "agent.tf_distribute.loop",
-    "RingscopeCallback": "agent.tf_distribute.keras_callback",
-    "save_checkpoint": "agent.tf_distribute.checkpoints",
-    "restore_latest": "agent.tf_distribute.checkpoints",
-    "checkpoint_bytes": "agent.tf_distribute.checkpoints",
-    "start_agent": "agent.tf_distribute.runtime",
-    "strategy_ranks": "agent.tf_distribute.runtime",
+    "TimedStepRunner": "ringscope.agent.tf_distribute.loop",
+    "StepResult": "ringscope.agent.tf_distribute.loop",
+    "ReplicaTiming": "ringscope.agent.tf_distribute.loop",
+    "RingscopeCallback": "ringscope.agent.tf_distribute.keras_callback",
+    "save_checkpoint": "ringscope.agent.tf_distribute.checkpoints",
+    "restore_latest": "ringscope.agent.tf_distribute.checkpoints",
+    "checkpoint_bytes": "ringscope.agent.tf_distribute.checkpoints",
+    "start_agent": "ringscope.agent.tf_distribute.runtime",
+    "strategy_ranks": "ringscope.agent.tf_distribute.runtime",
 }
 
 
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
     """Import the TF-dependent parts on first use, so that importing this package stays cheap."""
     module_name = _LAZY.get(name)
     if module_name is None:
-        raise AttributeError(f"module 'agent.tf_distribute' has no attribute {name!r}")
+        raise AttributeError(f"module 'ringscope.agent.tf_distribute' has no attribute {name!r}")
     return getattr(importlib.import_module(module_name), name)
 
 

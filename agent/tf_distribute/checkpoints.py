@@ -13,8 +13,8 @@ import re
 import time
 from typing import Any
 
-from agent.runtime import Agent
-from agent.schema import EventKind
+from ringscope.agent.runtime import Agent
+from ringscope.agent.schema import EventKind
 
 
 def checkpoint_bytes(prefix: str) -> int:

@@ -13,8 +13,8 @@ from typing import Any
 
 import keras
 
-from agent.runtime import Agent
-from agent.schema import EventKind
+from ringscope.agent.runtime import Agent
+from ringscope.agent.schema import EventKind
 
 
 class RingscopeCallback(keras.callbacks.Callback):
@@ -40,7 +40,7 @@ class RingscopeCallback(keras.callbacks.Callback):
     before ``fit``, or by ``BackupAndRestore``), and at the first epoch when ``fit`` resumes past epoch 0.
 
     Args:
-        telemetry: the process's agent (``agent.tf_distribute.start_agent``), or None to do nothing.
+        telemetry: the process's agent (``ringscope.agent.tf_distribute.start_agent``), or None to do nothing.
         ranks: global ranks of this process's replicas (default ``telemetry.identity.ranks``).
         global_batch_size: samples per optimizer step over all replicas, to fill ``samples`` (None: unknown).
     """

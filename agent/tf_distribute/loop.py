@@ -53,7 +53,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from agent.runtime import Agent
+from ringscope.agent.runtime import Agent
 
 LossFn = Callable[[Any, Any], Any]
 """``loss_fn(labels, predictions)`` -> per-example losses (a Keras loss with ``reduction=None`` fits)."""

@@ -13,9 +13,9 @@ from typing import Any
 
 import tensorflow as tf
 
-import agent
-from agent.runtime import Agent
-from agent.tf_distribute.identity import WorkerIdentity, replica_ranks, worker_identity
+from ringscope import agent
+from ringscope.agent.runtime import Agent
+from ringscope.agent.tf_distribute.identity import WorkerIdentity, replica_ranks, worker_identity
 
 
 def strategy_name(strategy: Any) -> str:

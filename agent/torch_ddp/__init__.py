@@ -2,7 +2,7 @@
 
 Add it to a DDP training script in three lines::
 
-    from agent.torch_ddp import instrument
+    from ringscope.agent.torch_ddp import instrument
 
     probe = instrument(ddp_model, loader)              # after DDP(...), before the first backward
     for x, y in probe.loader:                          # the loader, with next() timed
@@ -30,15 +30,15 @@ or ``with probe.step(samples=n) as s: ...; s.loss = loss``. Options of ``instrum
 * ``agent=`` an ``agent.Agent`` you started yourself; otherwise one is started from torchrun's environment
   (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``GROUP_RANK``), the process group's backend, and the model's device
   (a GPU is mapped to its NVML index by UUID, so samples are tagged with this rank). ``RINGSCOPE_ENDPOINT``,
-  ``RINGSCOPE_RUN_ID`` and ``RINGSCOPE_DISABLE`` apply (see ``agent.runtime``).
+  ``RINGSCOPE_RUN_ID`` and ``RINGSCOPE_DISABLE`` apply (see ``ringscope.agent.runtime``).
 
 Checkpoints and restarts: ``with probe.checkpoint(path): torch.save(state, path)`` (times the save, reports the
 file's bytes) or ``probe.checkpoint_saved(path_or_bytes, duration_s)``; after loading one,
 ``probe.checkpoint_restored(path, duration_s, step=steps_done)`` continues the step numbering. When torchrun
 restarted the workers (``TORCHELASTIC_RESTART_COUNT`` > 0) a ``restart`` event is sent at start.
 
-What is measured, per step and rank (definitions in ``agent.torch_ddp.timing``): data_wait_s, compute_s, comm_s,
-comm_exposed_s (the AllReduce stall), step_s, samples, loss, bucket count and bytes. CPU/gloo uses host clocks;
+What is measured, per step and rank (definitions in ``ringscope.agent.torch_ddp.timing``): data_wait_s, compute_s,
+comm_s, comm_exposed_s (the AllReduce stall), step_s, samples, loss, bucket count and bytes. CPU/gloo uses host clocks;
 CUDA/NCCL uses CUDA events read a step or two later with ``query()``, never a synchronize. The backward pass is
 assumed to run on the default stream (true unless the user moves it to another stream).
 
@@ -51,14 +51,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.runtime import Agent, start
-from agent.schema import EventKind
-from agent.torch_ddp.hook import COMPRESSIONS, comm_hook_for
-from agent.torch_ddp.identity import RankIdentity, rank_identity
-from agent.torch_ddp.probe import Probe, StepReport, TimedLoader, register_timing_hook
+from ringscope.agent.runtime import Agent, start
+from ringscope.agent.schema import EventKind
+from ringscope.agent.torch_ddp.hook import COMPRESSIONS, comm_hook_for
+from ringscope.agent.torch_ddp.identity import RankIdentity, rank_identity
+from ringscope.agent.torch_ddp.probe import Probe, StepReport, TimedLoader, register_timing_hook
 
 ZERO_CODE_ATTRIBUTE = "_ringscope_zero_code"
-"""Attribute of a DDP model that zero-code (``agent.inject``) instrumented: its attachment (see ``instrument``)."""
+"""Attribute of a DDP model that zero-code (``ringscope.agent.inject``) instrumented: its attachment (see
+``instrument``)."""
 
 
 def instrument(

@@ -42,7 +42,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from agent.torch_ddp.timing import CudaClock, HostClock, StepMarks
+from ringscope.agent.torch_ddp.timing import CudaClock, HostClock, StepMarks
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 

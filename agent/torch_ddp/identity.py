@@ -2,8 +2,8 @@
 
 Rank and world size come from the initialised process group when there is one (the truth), else from torchrun's
 environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``GROUP_RANK`` = node). A CUDA device is mapped to its NVML
-index by UUID / PCI id (``agent.devices.nvml_index_of_cuda_device``), never by CUDA index, because CUDA renumbers
-devices under ``CUDA_VISIBLE_DEVICES``. Never raises for a missing reading: it becomes ``None``.
+index by UUID / PCI id (``ringscope.agent.devices.nvml_index_of_cuda_device``), never by CUDA index, because CUDA
+renumbers devices under ``CUDA_VISIBLE_DEVICES``. Never raises for a missing reading: it becomes ``None``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.devices import nvml_index_of_cuda_device
+from ringscope.agent.devices import nvml_index_of_cuda_device
 
 
 @dataclass(slots=True)

@@ -19,18 +19,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from agent.heartbeat import CHECKPOINT, COLLECTIVE, COMPUTE, DATA_WAIT, IDLE
-from agent.runtime import Agent
-from agent.schema import EventKind, Step
-from agent.torch_ddp.hook import (
+from ringscope.agent.heartbeat import CHECKPOINT, COLLECTIVE, COMPUTE, DATA_WAIT, IDLE
+from ringscope.agent.runtime import Agent
+from ringscope.agent.schema import EventKind, Step
+from ringscope.agent.torch_ddp.hook import (
     GradReadyMarks,
     is_plain_allreduce,
     light_timing_wanted,
     timed_allreduce_hook,
     timed_hook,
 )
-from agent.torch_ddp.identity import RankIdentity
-from agent.torch_ddp.timing import CudaClock, HostClock, StepMarks, phases
+from ringscope.agent.torch_ddp.identity import RankIdentity
+from ringscope.agent.torch_ddp.timing import CudaClock, HostClock, StepMarks, phases
 
 
 class TimedLoader:
@@ -70,7 +70,7 @@ class TimedLoader:
 
 
 class Probe:
-    """Per-rank DDP telemetry. Build with ``instrument``; see ``agent.torch_ddp`` for the three-line use."""
+    """Per-rank DDP telemetry. Build with ``instrument``; see ``ringscope.agent.torch_ddp`` for the three-line use."""
 
     def __init__(self, agent: Agent, identity: RankIdentity, *, owns_agent: bool) -> None:
         # No reference to the DDP model: the model holds the comm hook, which holds this probe, and a reference

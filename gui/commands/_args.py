@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
 
-from agent.simulate import MAX_STEPS_PER_SECOND, parse_straggler
+from ringscope.agent.simulate import MAX_STEPS_PER_SECOND, parse_straggler
 
 EXIT_USAGE = 2
 """Exit code of every bad argument, unusable file or endpoint (as argparse itself uses)."""
@@ -173,8 +173,8 @@ def bind_problem(endpoint: str) -> str | None:
     """None when a collector can bind ``endpoint`` now, else why not (one line). Binds a real collector for a
     moment: the same library and socket options as the real one, so 'in use', 'cannot assign' and unknown host
     names are found before a window is built."""
-    from gui.core.ingest import collector as collector_module
-    from gui.core.ingest.collector import Collector, CollectorError
+    from ringscope.gui.core.ingest import collector as collector_module
+    from ringscope.gui.core.ingest.collector import Collector, CollectorError
 
     quiet = logging.getLogger(collector_module.__name__)
     was_disabled, quiet.disabled = quiet.disabled, True  # the trial bind is not news ("listening on ...")

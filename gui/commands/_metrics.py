@@ -1,7 +1,7 @@
 """The ``--metrics-*`` options (a Prometheus / OpenMetrics endpoint) and starting the endpoint they describe.
 
 Shared by every command that holds live runs (``record`` today; ``window`` can add the same options). The endpoint
-itself is ``gui.core.metrics.MetricsServer``. Never imports Qt.
+itself is ``ringscope.gui.core.metrics.MetricsServer``. Never imports Qt.
 """
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ import math
 import sys
 from collections.abc import Callable
 
-from gui.commands._args import add_price_argument, positive_int
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.ingest.sink import IngestCounters
-from gui.core.live.runs import LiveRuns
-from gui.core.metrics import (
+from ringscope.gui.commands._args import add_price_argument, positive_int
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.metrics import (
     DEFAULT_METRICS_BIND,
     MetricsError,
     MetricsLimits,
     MetricsServer,
     RecorderFigures,
 )
-from gui.core.metrics.families import KEEP_ENDED_S, MAX_RANKS_PER_RUN, TOP_RANKS
+from ringscope.gui.core.metrics.families import KEEP_ENDED_S, MAX_RANKS_PER_RUN, TOP_RANKS
 
 
 def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:

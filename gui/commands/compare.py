@@ -8,8 +8,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gui.commands._args import add_price_argument, create_folders, fail, os_error_text, output_file, remove_folders
-from gui.core.ingest.session import SessionFileError
+from ringscope.gui.commands._args import (
+    add_price_argument,
+    create_folders,
+    fail,
+    os_error_text,
+    output_file,
+    remove_folders,
+)
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.ingest.session import SessionFileError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,10 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the comparison; exit 2 on a bad session file, an unwritable output or when no output was asked for."""
-    from gui.core.analysis.compare import compare_files
+    from ringscope.gui.core.analysis.compare import compare_files
 
     if not args.html and not args.pdf:
         return fail("compare", "nothing to write; give --html FILE and/or --pdf FILE")
+    if args.pdf:
+        require("pdf", "--pdf")  # before any file is written
     targets = " and ".join(f"--{kind} {target}" for kind, target in (("html", args.html), ("pdf", args.pdf))
                            if target)
     created: list[Path] = []

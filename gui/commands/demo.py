@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-from agent.publisher import DEFAULT_ENDPOINT
-from gui.commands._args import bind_endpoint, bind_problem, fail, new_session_file, positive_int
-from gui.commands.keys import add_secure_arguments, secure_keys
-from gui.core.launch import DEMO_STEPS, demo_spec, validate
+from ringscope.agent.publisher import DEFAULT_ENDPOINT
+from ringscope.gui.commands._args import bind_endpoint, bind_problem, fail, new_session_file, positive_int
+from ringscope.gui.commands.keys import add_secure_arguments, secure_keys
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.launch import DEMO_STEPS, demo_spec, validate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,11 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check that the demo can start (display, endpoint, trainer), then hand it to the window."""
+    require("gui", "the window")
     spec = demo_spec(steps=args.steps)
     errors = validate(spec)
     if errors:
         return fail("demo", "cannot start: " + "; ".join(errors))
-    from gui import app  # Qt only now: the checks above work (and fail clearly) without a display
+    from ringscope.gui import app  # Qt only now: the checks above work (and fail clearly) without a display
 
     problem = app.missing_display()
     if problem:

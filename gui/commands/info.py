@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any
 
-from gui.core.ingest.session import SessionFileError, summarize
+from ringscope.gui.core.ingest.session import SessionFileError, summarize
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gui.commands._args import EXIT_USAGE, fail, os_error_text, output_file
+from ringscope.gui.commands._args import EXIT_USAGE, fail, os_error_text, output_file
 
 if TYPE_CHECKING:
-    from agent.keys import CollectorKeys
+    from ringscope.agent.keys import CollectorKeys
 
 
 _KEY_FILE_HELP = ("collector key file, created (with missing folders) on first use "
@@ -38,7 +38,7 @@ def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys |
     key file cannot be used. Also tells where the agents' token is."""
     if not getattr(args, "secure", False):
         return None, 0
-    from gui.core.ingest.access import ENV_KEY_FILE
+    from ringscope.gui.core.ingest.access import ENV_KEY_FILE
 
     loaded = _load(args.key_file, command)
     if loaded is None:
@@ -52,8 +52,8 @@ def secure_keys(args: argparse.Namespace, command: str) -> tuple[CollectorKeys |
 def _load(key_file: str | None, command: str) -> tuple[CollectorKeys, Path] | None:
     """The collector's keys (created on first use) and the agents' token file written beside them; None after
     printing why the key file cannot be used."""
-    from agent.keys import AccessKeyError
-    from gui.core.ingest.access import collector_keys, default_key_path, write_agent_token
+    from ringscope.agent.keys import AccessKeyError
+    from ringscope.gui.core.ingest.access import collector_keys, default_key_path, write_agent_token
 
     try:
         keys = collector_keys(key_file)
@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the token (and where it is stored); exit 2 when the key file is unusable."""
-    from gui.core.ingest.access import ENV_KEY, ENV_KEY_FILE, default_key_path
+    from ringscope.gui.core.ingest.access import ENV_KEY, ENV_KEY_FILE, default_key_path
 
     loaded = _load(args.key_file, "keys")
     if loaded is None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from gui.commands._args import fail
-from gui.core.ingest.session import SessionFileError, load
+from ringscope.gui.commands._args import fail
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.ingest.session import SessionFileError, load
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
         data = load(args.session)
     except SessionFileError as exc:
         return fail("open", str(exc))
-    from gui import app  # Qt is imported only when the window is really opened
+    require("gui", "the window")
+    from ringscope.gui import app  # Qt is imported only when the window is really opened
 
     problem = app.missing_display()
     if problem:

@@ -15,17 +15,17 @@ import threading
 import time
 from types import FrameType
 
-from gui.commands._args import bind_endpoint, new_session_file, positive_int, seconds, seconds_or_zero
-from gui.commands._metrics import add_metrics_arguments, start_metrics
-from gui.commands.keys import add_secure_arguments, secure_keys
-from gui.core.analysis.hang import MIN_THRESHOLD_S
-from gui.core.analysis.runs import LOST_TIMEOUT_S, STATE_TEXT
-from gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
-from gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
-from gui.core.live.runs import LiveRuns
-from gui.core.live.store import LiveStore
-from gui.core.live.watch import RunWatcher
-from gui.core.metrics import MetricsServer
+from ringscope.gui.commands._args import bind_endpoint, new_session_file, positive_int, seconds, seconds_or_zero
+from ringscope.gui.commands._metrics import add_metrics_arguments, start_metrics
+from ringscope.gui.commands.keys import add_secure_arguments, secure_keys
+from ringscope.gui.core.analysis.hang import MIN_THRESHOLD_S
+from ringscope.gui.core.analysis.runs import LOST_TIMEOUT_S, STATE_TEXT
+from ringscope.gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
+from ringscope.gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.live.watch import RunWatcher
+from ringscope.gui.core.metrics import MetricsServer
 
 WATCH_INTERVAL_S = 0.25  # how often run states are decided (a hang is named within this of crossing its threshold)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gui.commands._args import (
+from ringscope.gui.commands._args import (
     add_price_argument,
     create_folders,
     fail,
@@ -21,9 +21,10 @@ from gui.commands._args import (
     output_folder,
     remove_folders,
 )
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.analysis.runs import pick_run, runs_of
-from gui.core.ingest.session import SessionFileError, load
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.runs import pick_run, runs_of
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.ingest.session import SessionFileError, load
 
 OUTPUTS: tuple[str, ...] = ("html", "pdf", "csv", "trace")
 
@@ -48,12 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write every requested export; exit 2 on a bad session file, bad arguments or an unwritable output."""
-    from gui.core.report import build_report, export
+    from ringscope.gui.core.report import build_report, export
 
     wanted = [(kind, getattr(args, kind)) for kind in OUTPUTS if getattr(args, kind)]
     if not wanted:
         return fail("report", "nothing to write; give at least one of --html FILE, --pdf FILE, --csv DIR, "
                               "--trace FILE")
+    if args.pdf:
+        require("pdf", "--pdf")  # before any file is written
     try:
         session = load(args.session)
     except SessionFileError as exc:

@@ -24,10 +24,10 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from agent.inject import disabled_by_environment, injection_env
-from agent.publisher import DEFAULT_ENDPOINT
-from agent.runtime import ENV_ENDPOINT, ENV_RUN_ID
-from gui.core.launch.spec import new_run_id
+from ringscope.agent.inject import disabled_by_environment, injection_env
+from ringscope.agent.publisher import DEFAULT_ENDPOINT
+from ringscope.agent.runtime import ENV_ENDPOINT, ENV_RUN_ID
+from ringscope.gui.core.launch.spec import new_run_id
 
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 127

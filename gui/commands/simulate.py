@@ -17,8 +17,8 @@ import sys
 import threading
 from types import FrameType
 
-from agent.publisher import DEFAULT_ENDPOINT
-from gui.commands._args import (
+from ringscope.agent.publisher import DEFAULT_ENDPOINT
+from ringscope.gui.commands._args import (
     EXIT_FAILED,
     check_endpoint,
     connect_endpoint,
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Simulate until done or interrupted; 1 when nothing was delivered or a simulator process died, 2 on bad
     values."""
-    from agent.simulate import run_cluster
+    from ringscope.agent.simulate import run_cluster
 
     endpoint = args.endpoint or os.environ.get(ENV_ENDPOINT) or DEFAULT_ENDPOINT
     if not args.endpoint:

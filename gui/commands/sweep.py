@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
-from gui.commands._args import (
+from ringscope.gui.commands._args import (
     EXIT_FAILED,
     add_price_argument,
     create_folders,
@@ -47,8 +47,9 @@ from gui.commands._args import (
     positive_int,
     seconds,
 )
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.sweep.plan import (
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.sweep.plan import (
     DATASETS,
     DEVICES,
     SweepPlan,
@@ -59,7 +60,7 @@ from gui.core.sweep.plan import (
 )
 
 if TYPE_CHECKING:
-    from gui.core.sweep.report import SweepReport
+    from ringscope.gui.core.sweep.report import SweepReport
 
 SESSION_NAME = "sweep.db"
 OUTPUT_NAMES = ("sweep.csv", "sweep.html", "sweep.pdf")
@@ -112,9 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check, run every configuration, write the outputs; 0 when all ran, 1 when one failed, 2 when refused."""
-    from gui.core.launch.demo import gpu_count
-    from gui.core.sweep.plan import problems, resolve_device
+    from ringscope.gui.core.launch.demo import gpu_count
+    from ringscope.gui.core.sweep.plan import problems, resolve_device
 
+    require("pdf", "a sweep (it writes sweep.pdf)")  # before hours of training, not after
     given = getattr(args, GIVEN, [])
     if args.script is None and args.script_args:
         return fail("sweep", "--script-args without --script: they are the arguments of your script; add --script "
@@ -142,11 +144,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
-    from gui.core.ingest.collector import Collector, CollectorError
-    from gui.core.ingest.recorder import Recorder
-    from gui.core.ingest.session import load
-    from gui.core.sweep import RunOutcome, SweepRunner, build_report, write_csv, write_html, write_pdf
-    from gui.core.sweep.progress import ProgressLines
+    from ringscope.gui.core.ingest.collector import Collector, CollectorError
+    from ringscope.gui.core.ingest.recorder import Recorder
+    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.sweep import RunOutcome, SweepRunner, build_report, write_csv, write_html, write_pdf
+    from ringscope.gui.core.sweep.progress import ProgressLines
 
     session_path = out / SESSION_NAME
     recorder = Recorder(session_path, meta={"command": shlex.join(sys.argv), "sweep": json.dumps(_plan_json(plan))})
@@ -200,8 +202,8 @@ def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
 
 def _summary(report: SweepReport, written: list[Path]) -> None:
     """The table of figures and the recommendation on stdout; the files written."""
-    from gui.core.sweep.advice import money
-    from gui.core.sweep.report import throughput_unit
+    from ringscope.gui.core.sweep.advice import money
+    from ringscope.gui.core.sweep.report import throughput_unit
 
     unit = throughput_unit(report.rows)
     print(f"{'configuration':<22}{unit:>12}{'efficiency':>12}{'stall':>8}{'compute':>9}{'per 1000':>12}")
@@ -225,7 +227,7 @@ def _progress(line: str) -> None:
 
 
 def _machine_progress(line: str) -> None:
-    """A progress line for the window (``gui.core.sweep.progress``): alone on its line, no prefix."""
+    """A progress line for the window (``ringscope.gui.core.sweep.progress``): alone on its line, no prefix."""
     print(line, file=sys.stderr, flush=True)
 
 

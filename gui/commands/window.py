@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from gui.commands._args import bind_endpoint, bind_problem, fail, new_session_file, positive_int
-from gui.commands.keys import add_secure_arguments, secure_keys
+from ringscope.gui.commands._args import bind_endpoint, bind_problem, fail, new_session_file, positive_int
+from ringscope.gui.commands.keys import add_secure_arguments, secure_keys
+from ringscope.gui.core.extras import require
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Open the window; returns when it is closed. Exit 2, before any window, when no window can open here or the
     collector endpoint cannot be bound."""
-    from gui import app  # Qt is imported only when the window is really opened
+    require("gui", "the window")
+    from ringscope.gui import app  # Qt is imported only when the window is really opened
 
     problem = app.missing_display()
     if problem:
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             return fail("window", f"argument --bind: {problem}")
     else:
-        from gui.views.qt_preferences import load_preferences
+        from ringscope.gui.views.qt_preferences import load_preferences
 
         problem = bind_problem(load_preferences().endpoint)
         if problem:

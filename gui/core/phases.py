@@ -52,5 +52,9 @@ NO_DATA_COLOR: Final = "#d9d9d9"
 ALERT_COLOR: Final = "#d62728"
 """Red for an idle GPU or a flagged rank."""
 
-__all__ = ["ALERT_COLOR", "COMM_EXPOSED", "COMPUTE", "DATA_WAIT", "IDLE_PHASES", "NO_DATA_COLOR", "OTHER",
-           "PHASES", "PHASE_BY_NAME", "Phase"]
+CAUSE_COLORS: Final[dict[str, str]] = {
+    "allreduce_stall": COMM_EXPOSED.color, "data_loader_idle": DATA_WAIT.color, "other": OTHER.color}
+"""The colour of each cause of waste (``WASTE_CAUSES`` of ``analysis.cost``): its phase's colour."""
+
+__all__ = ["ALERT_COLOR", "CAUSE_COLORS", "COMM_EXPOSED", "COMPUTE", "DATA_WAIT", "IDLE_PHASES", "NO_DATA_COLOR",
+           "OTHER", "PHASES", "PHASE_BY_NAME", "Phase"]

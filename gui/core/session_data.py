@@ -1,7 +1,7 @@
 """One in-memory shape for a session, whether it comes from the live store or from a recorded SQLite file.
 
 Analysis, reports and comparison take a ``SessionData`` and never care where it came from. Columns are derived
-from ``agent.schema.FIELDS``: numeric fields become float64 arrays with NaN for a missing reading (never 0),
+from ``ringscope.agent.schema.FIELDS``: numeric fields become float64 arrays with NaN for a missing reading (never 0),
 text and list fields become object arrays.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.schema import FIELDS, Event, Hello
+from ringscope.agent.schema import FIELDS, Event, Hello
 
 Columns = dict[str, np.ndarray]
 
@@ -63,7 +63,7 @@ class SessionData:
 
     Attributes:
         agents: one identity record per agent (process) seen.
-        steps / gpu / host / health: columns keyed by schema field name (see ``agent.schema.FIELDS``), plus
+        steps / gpu / host / health: columns keyed by schema field name (see ``ringscope.agent.schema.FIELDS``), plus
             ``agent_id`` (object) and ``recv_s`` (float64) where the source has them.
         events: every event, in time order.
         event_agents: the agent id that sent each of ``events`` (same order; "" where the source does not know).

@@ -1,1 +1,1 @@
-"""Qt views. The only package (with gui.app) that imports PySide6 / pyqtgraph."""
+"""Qt views. The only package (with ringscope.gui.app) that imports PySide6 / pyqtgraph."""

@@ -1,17 +1,17 @@
 """The cost panel of the overview: cost so far, cost of waiting by cause, work at risk since the last checkpoint.
 
 Receives an analysis and a cost breakdown (``update_from``) and owns nothing but its labels. Colors of the
-waiting causes are the phase colors of ``gui.core.phases`` (via ``theme``), the same as in every chart.
+waiting causes are the phase colors of ``ringscope.gui.core.phases`` (via ``theme``), the same as in every chart.
 """
 
 from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.analysis.cost import PHASE_OF_CAUSE, WASTE_CAUSES, CostBreakdown
-from gui.core.analysis.summary import SessionAnalysis
-from gui.core.report.model import hours_text, money
-from gui.views import theme
+from ringscope.gui.core.analysis.cost import PHASE_OF_CAUSE, WASTE_CAUSES, CostBreakdown
+from ringscope.gui.core.analysis.summary import SessionAnalysis
+from ringscope.gui.core.report.model import hours_text, money
+from ringscope.gui.views import theme
 
 
 class QtCostPanel(QtWidgets.QFrame):

@@ -10,13 +10,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
 
-from agent.schema import field_doc
-from gui.core.live.gpu_summary import SUMMARY_ABOVE, WINDOW_S, summarize
-from gui.core.live.snapshot import GpuSummary
-from gui.core.live.store import Snapshot
-from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, label_rows, make_plot, set_range
-from gui.views.qt_time_range import clock_text, run_origin, time_plot
+from ringscope.agent.schema import field_doc
+from ringscope.gui.core.live.gpu_summary import SUMMARY_ABOVE, WINDOW_S, summarize
+from ringscope.gui.core.live.snapshot import GpuSummary
+from ringscope.gui.core.live.store import Snapshot
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_plot_tools import HoverReadout, label_rows, make_plot, set_range
+from ringscope.gui.views.qt_time_range import clock_text, run_origin, time_plot
 
 MAX_LINES = SUMMARY_ABOVE  # more GPUs than this: the store's summary (median and p5-p95 band), not a line each
 MAX_PAIRED_BARS = 32

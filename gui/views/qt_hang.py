@@ -1,6 +1,7 @@
 """The hang details dialog: the verdict on a hung run and the Python stacks of the ranks that did not arrive.
 
-Receives a ``HangVerdict`` (``gui.core.analysis.hang``) and shows it as ``gui.core.live.watch.hang_text`` words it —
+Receives a ``HangVerdict`` (``ringscope.gui.core.analysis.hang``) and shows it as
+``ringscope.gui.core.live.watch.hang_text`` words it —
 the same text the recording, ``ringscope info`` and the reports keep — in a read-only monospace view with a Copy
 button, so a stack can go straight into a ticket. Owns no state.
 """
@@ -11,8 +12,8 @@ import time
 
 from PySide6 import QtGui, QtWidgets
 
-from gui.core.analysis.hang import HangVerdict
-from gui.core.live.watch import hang_text
+from ringscope.gui.core.analysis.hang import HangVerdict
+from ringscope.gui.core.live.watch import hang_text
 
 
 class QtHangDialog(QtWidgets.QDialog):

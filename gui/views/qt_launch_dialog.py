@@ -14,7 +14,7 @@ from typing import Final
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.launch import (
+from ringscope.gui.core.launch import (
     KIND_TITLES,
     KINDS,
     OPTIONS_BY_KEY,
@@ -29,10 +29,10 @@ from gui.core.launch import (
     parse_env_lines,
     validate,
 )
-from gui.core.launch import OPTIONS as OPTION_TABLE
-from gui.core.launch.options import Framework
-from gui.core.sweep.plan import FRAMEWORKS as SWEEP_FRAMEWORKS
-from gui.views import theme
+from ringscope.gui.core.launch import OPTIONS as OPTION_TABLE
+from ringscope.gui.core.launch.options import Framework
+from ringscope.gui.core.sweep.plan import FRAMEWORKS as SWEEP_FRAMEWORKS
+from ringscope.gui.views import theme
 
 _PROCESS_LABEL = {"ddp": "Ranks (processes)", "tf_mirrored": "Devices", "tf_multi_worker": "Worker processes",
                   "script": "Processes"}
@@ -47,7 +47,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
     """Launch dialog over the core's ``LaunchSpec`` / option table / ``validate``.
 
     Args:
-        launcher_validate: checks a spec, returning messages (default ``gui.core.launch.validate``; the app
+        launcher_validate: checks a spec, returning messages (default ``ringscope.gui.core.launch.validate``; the app
             passes ``Launcher.validate`` so its collector endpoint is checked too).
         recent: recent launches, newest first, offered for re-running.
         initial: a spec to pre-fill (default: a 2-rank DDP run of the reference trainer).

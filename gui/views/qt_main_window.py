@@ -7,7 +7,7 @@ recorder / launcher, in ``__init__``; nothing here holds telemetry. One QTimer (
 the runs table from ``runs.rows()``; the collector thread never touches a widget.
 
 Which run is shown: the one the user clicked in the runs table; new runs take over by the rule of
-``gui.views.qt_run_selection`` (not within a minute of the user's pick).
+``ringscope.gui.views.qt_run_selection`` (not within a minute of the user's pick).
 
 Time charts share one x axis in run time (seconds since the run started) that follows the run live, or stays where
 the user zoomed / panned (``TimeRange``); a read-only window (``read_only``: a reopened recording) has no launcher.
@@ -23,28 +23,28 @@ from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.analysis.hang import HangVerdict
-from gui.core.live.runs import LiveRuns, RunRow
-from gui.core.live.store import STATE_LOST, LiveStore, Snapshot
-from gui.core.service.client import RemoteRuns, RemoteStore
-from gui.core.session_data import SessionData
-from gui.views.qt_access_token import show_access_token
-from gui.views.qt_background import BackgroundJob, start_background
-from gui.views.qt_gpu_panel import QtGpuPanel
-from gui.views.qt_hang import QtHangDialog
-from gui.views.qt_overview import QtOverview
-from gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
-from gui.views.qt_process_panel import QtProcessPanel
-from gui.views.qt_rank_timeline import QtRankTimeline
-from gui.views.qt_ranks_table import QtRanksTable, RanksTableModel
-from gui.views.qt_report_actions import ExportJob, ask_export_target, compare_sessions, exporter_for
-from gui.views.qt_run_compare import QtRunCompare, compare_runs_work
-from gui.views.qt_run_selection import RunSelection
-from gui.views.qt_runs_table import QtRunsTable, RunsTableModel
-from gui.views.qt_status_bar import QtStatusBar
-from gui.views.qt_step_breakdown import QtStepBreakdown
-from gui.views.qt_sweep import QtSweepDialog
-from gui.views.qt_time_range import QtHistoryBar, TimeRange, run_end
+from ringscope.gui.core.analysis.hang import HangVerdict
+from ringscope.gui.core.live.runs import LiveRuns, RunRow
+from ringscope.gui.core.live.store import STATE_LOST, LiveStore, Snapshot
+from ringscope.gui.core.service.client import RemoteRuns, RemoteStore
+from ringscope.gui.core.session_data import SessionData
+from ringscope.gui.views.qt_access_token import show_access_token
+from ringscope.gui.views.qt_background import BackgroundJob, start_background
+from ringscope.gui.views.qt_gpu_panel import QtGpuPanel
+from ringscope.gui.views.qt_hang import QtHangDialog
+from ringscope.gui.views.qt_overview import QtOverview
+from ringscope.gui.views.qt_preferences import Preferences, QtPreferencesDialog, save_preferences
+from ringscope.gui.views.qt_process_panel import QtProcessPanel
+from ringscope.gui.views.qt_rank_timeline import QtRankTimeline
+from ringscope.gui.views.qt_ranks_table import QtRanksTable, RanksTableModel
+from ringscope.gui.views.qt_report_actions import ExportJob, ask_export_target, compare_sessions, exporter_for
+from ringscope.gui.views.qt_run_compare import QtRunCompare, compare_runs_work
+from ringscope.gui.views.qt_run_selection import RunSelection
+from ringscope.gui.views.qt_runs_table import QtRunsTable, RunsTableModel
+from ringscope.gui.views.qt_status_bar import QtStatusBar
+from ringscope.gui.views.qt_step_breakdown import QtStepBreakdown
+from ringscope.gui.views.qt_sweep import QtSweepDialog
+from ringscope.gui.views.qt_time_range import QtHistoryBar, TimeRange, run_end
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         endpoint: the collector's bound endpoint (shown in the status bar).
         preferences: current preferences (price, lost timeout...).
         recorder: an object with ``path`` and ``file_bytes`` (the session file), or None.
-        launcher: a ``gui.core.launch.Launcher`` for the launch / stop actions, or None.
+        launcher: a ``ringscope.gui.core.launch.Launcher`` for the launch / stop actions, or None.
         cost_panel: a widget that replaces the overview's built-in cost-of-waiting card, or None. It is
             injected (not built here) because it needs whole-session figures, which the live store does not keep.
         analyzer: a ``LiveAnalyzer`` feeding the cost panel (told which run to analyze), or None.

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
-from agent.schema import field_doc
-from gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.analysis.hang import HangVerdict
-from gui.core.analysis.summary import SessionAnalysis
-from gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
-from gui.views import theme
-from gui.views.qt_plot_tools import format_seconds, format_share
+from ringscope.agent.schema import field_doc
+from ringscope.gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.hang import HangVerdict
+from ringscope.gui.core.analysis.summary import SessionAnalysis
+from ringscope.gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_plot_tools import format_seconds, format_share
 
 
 class _Card(QtWidgets.QFrame):

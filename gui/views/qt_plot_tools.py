@@ -12,7 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.views import theme
+from ringscope.gui.views import theme
 
 Describe = Callable[[float, float], str | None]
 PIXMAP_CACHE_KIB = 96 * 1024  # room for every plot's cached axes on a 4K screen

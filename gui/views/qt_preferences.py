@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.analysis.runs import LOST_TIMEOUT_S
-from gui.core.ingest.collector import DEFAULT_BIND
+from ringscope.gui.core.analysis.runs import LOST_TIMEOUT_S
+from ringscope.gui.core.ingest.collector import DEFAULT_BIND
 
 ORGANIZATION = "Ringscope"
 APPLICATION = "Ringscope"

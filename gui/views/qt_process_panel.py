@@ -11,9 +11,9 @@ import json
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.launch import FINAL_STATES, Launcher, LaunchError, LaunchSpec, ManagedProcess, Run
-from gui.views import theme
-from gui.views.qt_launch_dialog import QtLaunchDialog
+from ringscope.gui.core.launch import FINAL_STATES, Launcher, LaunchError, LaunchSpec, ManagedProcess, Run
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_launch_dialog import QtLaunchDialog
 
 RECENT_KEY = "launch/recent"
 RECENT_MAX = 10

@@ -11,12 +11,12 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from agent.schema import field_doc
-from gui.core.live.gpu_summary import column_percentiles
-from gui.core.live.store import STATE_LOST, Snapshot
-from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, set_range
-from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
+from ringscope.agent.schema import field_doc
+from ringscope.gui.core.live.gpu_summary import column_percentiles
+from ringscope.gui.core.live.store import STATE_LOST, Snapshot
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_plot_tools import HoverReadout, set_range
+from ringscope.gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MAX_LINES = 32
 LEGEND_RANKS = 8  # legend entries named one by one; past this, the first few, "…" and the last

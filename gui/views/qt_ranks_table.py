@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from agent.schema import field_doc
-from gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
-from gui.views import theme
+from ringscope.agent.schema import field_doc
+from ringscope.gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
+from ringscope.gui.views import theme
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("rank", "Global rank (replica)."),

@@ -1,8 +1,8 @@
 """Report and comparison exports from the window, on a worker thread with a progress dialog and a cancel button.
 
-Owns the export user flow: choose a format and a file, run the work (``gui.core.report.export``,
-``gui.core.analysis.compare.compare_files``) on a ``QThreadPool`` worker (the live window keeps drawing: loading and
-analyzing a large session takes seconds), show progress, cancel. The worker never touches a widget: it emits
+Owns the export user flow: choose a format and a file, run the work (``ringscope.gui.core.report.export``,
+``ringscope.gui.core.analysis.compare.compare_files``) on a ``QThreadPool`` worker (the live window keeps drawing:
+loading and analyzing a large session takes seconds), show progress, cancel. The worker never touches a widget: it emits
 signals of a QObject living on the GUI thread, which Qt delivers there (queued).
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from gui.core.ingest.session import SessionFileError
-from gui.core.report import ExportCancelled, ProgressCallback, build_report, export
-from gui.core.session_data import SessionData
+from ringscope.gui.core.ingest.session import SessionFileError
+from ringscope.gui.core.report import ExportCancelled, ProgressCallback, build_report, export
+from ringscope.gui.core.session_data import SessionData
 
 FILTERS: dict[str, str] = {
     "HTML report (*.html)": "html",
@@ -45,7 +45,7 @@ def report_work(session: SessionData | Callable[[], SessionData], kind: str, pat
 
 def compare_work(session_a: str, session_b: str, path: str, price_per_gpu_hour: float | None) -> Work:
     """Load, analyze and compare two session files; write HTML, or PDF when ``path`` ends in .pdf."""
-    from gui.core.analysis.compare import compare_files
+    from ringscope.gui.core.analysis.compare import compare_files
 
     pdf = path.lower().endswith(".pdf")
 

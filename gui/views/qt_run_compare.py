@@ -1,5 +1,6 @@
 """Two runs of the session side by side, in the window: the step breakdown of both (A and B labelled, in two run
-colours) and the table of differences that ``ringscope compare`` prints (``gui.core.analysis.compare.compare``).
+colours) and the table of differences that ``ringscope compare`` prints
+(``ringscope.gui.core.analysis.compare.compare``).
 
 ``compare_runs_work`` is what runs on a worker thread (analysis of two whole runs takes seconds);
 ``QtRunCompare`` only draws a finished ``Comparison``. Phase colours stay the phase colours: the runs are told
@@ -15,13 +16,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.analysis.compare import Comparison, MetricDelta, compare
-from gui.core.phases import PHASES
-from gui.core.report import build_report
-from gui.core.session_data import SessionData
-from gui.views import theme
-from gui.views.qt_plot_tools import format_seconds, label_rows, make_plot, set_range
-from gui.views.qt_time_range import RunTimeAxis
+from ringscope.gui.core.analysis.compare import Comparison, MetricDelta, compare
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.report import build_report
+from ringscope.gui.core.session_data import SessionData
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_plot_tools import format_seconds, label_rows, make_plot, set_range
+from ringscope.gui.views.qt_time_range import RunTimeAxis
 
 TABLE_COLUMNS = ("figure", "A", "B", "unit", "B vs A", "better")
 

@@ -1,8 +1,8 @@
 """The runs table (like W&B's runs list): one row per training of the session, newest first, and which run the
 window shows.
 
-``RunsTableModel`` holds the latest ``RunRow`` list (``gui.core.live.runs.LiveRuns.rows``) and the price; it adds
-new runs as new rows (selections stay on their run) and repaints the rest in place. ``QtRunsTable`` is the view:
+``RunsTableModel`` holds the latest ``RunRow`` list (``ringscope.gui.core.live.runs.LiveRuns.rows``) and the price; it
+adds new runs as new rows (selections stay on their run) and repaints the rest in place. ``QtRunsTable`` is the view:
 a click picks the run every card and chart shows (``sig_run_picked``), several rows can be selected for a
 comparison (``sig_compare_requested``: the button above the table, the context menu, Ctrl+Shift+R). The view
 owns no run state: rows come from the window's timer a few times a second.
@@ -16,11 +16,11 @@ from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.analysis.runs import STATE_TEXT
-from gui.core.live.runs import RunRow
-from gui.views import theme
-from gui.views.qt_plot_tools import format_share
+from ringscope.gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.runs import STATE_TEXT
+from ringscope.gui.core.live.runs import RunRow
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_plot_tools import format_share
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("run", "The run id every agent of the training announced (RINGSCOPE_RUN_ID, torchrun's rendezvous id...)."),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.live.store import Snapshot
+from ringscope.gui.core.live.store import Snapshot
 
 
 def _show(label: QtWidgets.QLabel, text: str, style: str | None = None, tooltip: str | None = None) -> None:

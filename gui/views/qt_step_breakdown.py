@@ -11,10 +11,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
 
-from gui.core.live.store import PHASES, STATE_LOST, Snapshot
-from gui.views import theme
-from gui.views.qt_plot_tools import HoverReadout, format_seconds, label_rows, make_plot, set_range
-from gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
+from ringscope.gui.core.live.store import PHASES, STATE_LOST, Snapshot
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_plot_tools import HoverReadout, format_seconds, label_rows, make_plot, set_range
+from ringscope.gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MANY_RANKS = 256
 MANY_RANKS_REDRAW_S = 0.25  # per-rank bars are means of the last 20 steps (~2 s): 4 redraws a second follow them

@@ -3,11 +3,13 @@
 The form has every option of ``ringscope sweep``: the reference trainers, or *My script* (``--script``,
 ``--script-args``: the user's own script through the zero-code launch; the reference trainers' fields are disabled
 then, as the CLI refuses them). It is held as a ``SweepRequest``, checked on every change by the CLI's own checks
-(``gui.core.sweep.progress.request_errors``), and its command line is ``sweep_argv``'s, so the dialog runs exactly
+(``ringscope.gui.core.sweep.progress.request_errors``), and its command line is ``sweep_argv``'s, so the dialog runs
+exactly
 what the CLI would. The messages are shown inline and Run stays disabled while there are any. ``prefill`` takes the
 values a launch shares with a sweep (the launch dialog's Sweep… button).
 
-Run starts ``python -m gui.cli sweep ...`` as a child process (``ManagedProcess``: own process group, output read by a
+Run starts ``python -m ringscope.gui.cli sweep ...`` as a child process (``ManagedProcess``: own process group, output
+read by a
 thread); a timer on the GUI thread advances it and reads its progress lines ("config 3 of 6: ddp, 2 ranks"). Cancel
 sends SIGINT (the sweep stops its trainers and writes what it measured), then SIGKILL to everything left after a
 grace period. At the end the report (DIR/sweep.html) is opened and the session (DIR/sweep.db) is offered for opening
@@ -22,13 +24,13 @@ from collections.abc import Callable, Iterable, Mapping
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.launch.demo import gpu_count as detect_gpus
-from gui.core.launch.options import OPTIONS_BY_KEY
-from gui.core.launch.plan import ProcessPlan
-from gui.core.launch.process import ManagedProcess
-from gui.core.sweep.plan import COMM_DELAY_FRAMEWORKS, DATASETS, DEVICES, FRAMEWORK_TITLES, FRAMEWORKS
-from gui.core.sweep.progress import (
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.launch.demo import gpu_count as detect_gpus
+from ringscope.gui.core.launch.options import OPTIONS_BY_KEY
+from ringscope.gui.core.launch.plan import ProcessPlan
+from ringscope.gui.core.launch.process import ManagedProcess
+from ringscope.gui.core.sweep.plan import COMM_DELAY_FRAMEWORKS, DATASETS, DEVICES, FRAMEWORK_TITLES, FRAMEWORKS
+from ringscope.gui.core.sweep.progress import (
     SweepProgress,
     SweepRequest,
     default_out_folder,
@@ -39,7 +41,7 @@ from gui.core.sweep.progress import (
     sweep_argv,
     sweep_env,
 )
-from gui.views import theme
+from ringscope.gui.views import theme
 
 POLL_MS = 100
 STOP_GRACE_S = 30.0  # after Cancel the sweep still writes its reports (PDF included) before it exits

@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from gui.views.qt_plot_tools import make_plot
+from ringscope.gui.views.qt_plot_tools import make_plot
 
 FOLLOW_WINDOW_S = 120.0
 """Seconds a time chart shows while it follows the run live."""

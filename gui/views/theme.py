@@ -1,7 +1,7 @@
 """Colors, fonts and the dark / light appearance of the window — defined once, used by every view.
 
-Phase colors come from ``gui.core.phases`` (shared with the reports), so a phase looks the same in every chart,
-table, tooltip and export. This module owns the Qt palette, the style sheet and pyqtgraph's defaults; it must not
+Phase colors come from ``ringscope.gui.core.phases`` (shared with the reports), so a phase looks the same in every
+chart, table, tooltip and export. This module owns the Qt palette, the style sheet and pyqtgraph's defaults; it must not
 hold any telemetry state.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 
-import resources
-from gui.core import phases
+from ringscope import resources
+from ringscope.gui.core import phases
 
 PHASE_COLORS: dict[str, str] = {p.name: p.color for p in phases.PHASES}
 PHASE_LABELS: dict[str, str] = {p.name: p.label for p in phases.PHASES}

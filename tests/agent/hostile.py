@@ -10,8 +10,8 @@ from typing import Any
 
 import msgpack
 
-from agent import wire
-from agent.schema import MAX_HELLO_DEVICES, MAX_HELLO_RANKS, MAX_TEXT_CHARS, SCHEMA_VERSION, Hello
+from ringscope.agent import wire
+from ringscope.agent.schema import MAX_HELLO_DEVICES, MAX_HELLO_RANKS, MAX_TEXT_CHARS, SCHEMA_VERSION, Hello
 
 
 def hello(agent_id: str = "hostile", **changes: Any) -> Hello:

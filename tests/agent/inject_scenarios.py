@@ -173,7 +173,7 @@ def fault_attach() -> dict[str, Any]:
 def hand_over() -> dict[str, Any]:
     """The script calls instrument() itself on the attached model: it gets the probe, its loop marks the steps
     (once each), and its comm hook is wrapped."""
-    from agent.torch_ddp import instrument
+    from ringscope.agent.torch_ddp import instrument
 
     attached, reference = ddp_pair()
     steps = capture_steps(attached)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.devices import DeviceProbe, DeviceSampler
-from agent.schema import GpuSample, GpuStatus, HostSample
+from ringscope.agent.devices import DeviceProbe, DeviceSampler
+from ringscope.agent.schema import GpuSample, GpuStatus, HostSample
 
 
 def test_without_nvml_the_host_sample_says_no_gpu() -> None:

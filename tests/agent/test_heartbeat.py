@@ -7,9 +7,9 @@ import time
 
 import zmq
 
-from agent import runtime, wire
-from agent.heartbeat import COLLECTIVE, COMPUTE, HeartbeatThread, Position
-from agent.schema import Heartbeat
+from ringscope.agent import runtime, wire
+from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE, HeartbeatThread, Position
+from ringscope.agent.schema import Heartbeat
 
 
 def _blocked_in_a_known_place(position: Position, entered: threading.Event, release: threading.Event) -> None:

@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.inject import STARTUP_DIR, injection_env, prepend_path
+from ringscope.agent.inject import STARTUP_DIR, injection_env, prepend_path
 
 OFF_LINE = "ringscope: zero-code instrumentation is off in this process"
 PROBE = ("import sys; print(type(sys.meta_path[0]).__name__, sys.modules['sitecustomize'].__file__, "
-         "'agent' in sys.modules); sys.exit(4)")
+         "'ringscope' in sys.modules); sys.exit(4)")
 
 
 def _python(code: str, **extra: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Zero-code PyTorch (``agent.inject.torch_patch``) in real processes started with the injection environment.
+"""Zero-code PyTorch (``ringscope.agent.inject.torch_patch``) in real processes started with the injection environment.
 
 Each scenario of ``inject_scenarios.py`` runs in a fresh process (zero-code attaches to the first DDP model of a
 process) with one gloo rank and an uninstrumented twin model as the reference; the four run concurrently. What
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.inject import injection_env
+from ringscope.agent.inject import injection_env
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,10 @@ import time
 
 import zmq
 
-import agent
-from agent import wire
-from agent.publisher import Publisher
-from agent.schema import Health, Step
+from ringscope import agent
+from ringscope.agent import wire
+from ringscope.agent.publisher import Publisher
+from ringscope.agent.schema import Health, Step
 
 
 def _free_port() -> int:

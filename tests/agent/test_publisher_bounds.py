@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from agent import wire
-from agent.publisher import Publisher
-from agent.schema import MAX_TEXT_CHARS, Event, Health, Hello, Step
+from ringscope.agent import wire
+from ringscope.agent.publisher import Publisher
+from ringscope.agent.schema import MAX_TEXT_CHARS, Event, Health, Hello, Step
 from tests.agent import hostile
 
 

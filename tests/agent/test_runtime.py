@@ -8,13 +8,13 @@ import time
 
 import zmq
 
-import agent
-from agent import wire
-from agent.schema import Event, Hello, Step
+from ringscope import agent
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, Hello, Step
 
 
 def test_importing_agent_loads_no_framework_and_no_qt() -> None:
-    code = ("import sys, agent, agent.simulate; "
+    code = ("import sys, agent, ringscope.agent.simulate; "
             "bad = sorted(m for m in ('torch', 'tensorflow', 'keras', 'PySide6', 'pyqtgraph', 'gui') "
             "if m in sys.modules); print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

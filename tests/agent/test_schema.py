@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from agent import wire
-from agent.schema import FIELDS, KINDS, REQUIRED_COUNT, SCHEMA_VERSION, Step
+from ringscope.agent import wire
+from ringscope.agent.schema import FIELDS, KINDS, REQUIRED_COUNT, SCHEMA_VERSION, Step
 
 
 def test_fields_follow_the_dataclasses_in_wire_order() -> None:

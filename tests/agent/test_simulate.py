@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import zmq
 
-from agent import wire
-from agent.schema import GpuSample, Hello, Step
-from agent.simulate import _Config, parse_straggler, run_cluster, step_phases
+from ringscope.agent import wire
+from ringscope.agent.schema import GpuSample, Hello, Step
+from ringscope.agent.simulate import _Config, parse_straggler, run_cluster, step_phases
 
 
 def _config(ranks: int = 16, straggler: tuple[int, float] | None = None, stall: float = 0.0) -> _Config:

@@ -1,4 +1,4 @@
-"""agent.tf_distribute in-process: TF_CONFIG identity, the exact single-reduction update, checkpoint events.
+"""ringscope.agent.tf_distribute in-process: TF_CONFIG identity, the exact single-reduction update, checkpoint events.
 
 TensorFlow runs in this pytest process with two logical CPU devices (configured once, before any op, by the
 module fixture). Telemetry goes through a real ZeroMQ PULL socket on a random port.
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import zmq
 
-import agent
-from agent import wire
-from agent.schema import Event, EventKind, Record, Step
-from agent.tf_distribute import replica_ranks, worker_identity
+from ringscope import agent
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, Record, Step
+from ringscope.agent.tf_distribute import replica_ranks, worker_identity
 
 # ---- TF_CONFIG identity (no TensorFlow) --------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def test_replica_ranks_are_worker_major() -> None:
 def test_importing_the_package_does_not_import_tensorflow() -> None:
     import subprocess
 
-    code = "import agent, agent.tf_distribute, sys; print('tensorflow' in sys.modules)"
+    code = "import agent, ringscope.agent.tf_distribute, sys; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 
@@ -141,7 +141,7 @@ def test_one_update_equals_hand_computed_sgd_with_a_single_all_reduce(tf_two_cpu
     tf, strategy = tf_two_cpus
     import keras
 
-    from agent.tf_distribute import TimedStepRunner, start_agent
+    from ringscope.agent.tf_distribute import TimedStepRunner, start_agent
 
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
@@ -181,7 +181,7 @@ def test_normal_apply_gradients_still_reduces_outside_the_runner(tf_two_cpus: An
     tf, strategy = tf_two_cpus
     import keras
 
-    from agent.tf_distribute.loop import install_prereduced_apply
+    from ringscope.agent.tf_distribute.loop import install_prereduced_apply
 
     with strategy.scope():
         var = keras.Variable(np.zeros(1, np.float32))
@@ -201,7 +201,7 @@ def test_normal_apply_gradients_still_reduces_outside_the_runner(tf_two_cpus: An
 
 def test_checkpoint_save_and_restore_are_reported(tf_two_cpus: Any, receiver: Receiver, tmp_path: Any) -> None:
     tf, _ = tf_two_cpus
-    from agent.tf_distribute import restore_latest, save_checkpoint
+    from ringscope.agent.tf_distribute import restore_latest, save_checkpoint
 
     value = tf.Variable(np.arange(1000, dtype=np.float32))
     checkpoint = tf.train.Checkpoint(value=value)
@@ -225,7 +225,7 @@ def test_checkpoint_save_and_restore_are_reported(tf_two_cpus: Any, receiver: Re
 
 def test_runner_refuses_a_non_keras3_optimizer(tf_two_cpus: Any) -> None:
     _, strategy = tf_two_cpus
-    from agent.tf_distribute import TimedStepRunner
+    from ringscope.agent.tf_distribute import TimedStepRunner
 
     with pytest.raises(TypeError, match="needs a Keras 3 optimizer"):
         TimedStepRunner(strategy, object(), object(), _squared_error, global_batch_size=4)
@@ -239,7 +239,7 @@ def test_replica_timestamps_are_not_chained_by_automatic_control_dependencies(tf
     tf, strategy = tf_two_cpus
     import keras
 
-    from agent.tf_distribute import TimedStepRunner
+    from ringscope.agent.tf_distribute import TimedStepRunner
 
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(1)])

@@ -1,4 +1,4 @@
-"""agent.torch_ddp in one process: a real one-rank gloo group, a real DDP model, a real PULL socket.
+"""ringscope.agent.torch_ddp in one process: a real one-rank gloo group, a real DDP model, a real PULL socket.
 
 Multi-rank behaviour (stall, straggler, loader wait, resume) is tested with torchrun in tests/trainers.
 """
@@ -21,10 +21,10 @@ import zmq
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from agent import wire
-from agent.devices import nvml_index_of_cuda_device
-from agent.schema import Event, EventKind, Record, Step
-from agent.torch_ddp import comm_hook_for, instrument
+from ringscope.agent import wire
+from ringscope.agent.devices import nvml_index_of_cuda_device
+from ringscope.agent.schema import Event, EventKind, Record, Step
+from ringscope.agent.torch_ddp import comm_hook_for, instrument
 
 
 @pytest.fixture(scope="module")

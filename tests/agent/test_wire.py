@@ -7,8 +7,8 @@ import os
 import msgpack
 import pytest
 
-from agent import wire
-from agent.schema import SCHEMA_VERSION, Event, GpuSample, Health, Hello, HostSample, Step
+from ringscope.agent import wire
+from ringscope.agent.schema import SCHEMA_VERSION, Event, GpuSample, Health, Hello, HostSample, Step
 
 
 def _records() -> list:

@@ -12,9 +12,9 @@ import time
 import msgpack
 import pytest
 
-from agent import wire
-from agent.schema import INT_MAX, INT_MIN, MAX_RANK, SCHEMA_VERSION, GpuSample, Health, Step
-from gui.core.ingest.session import create_statements, insert_statement
+from ringscope.agent import wire
+from ringscope.agent.schema import INT_MAX, INT_MIN, MAX_RANK, SCHEMA_VERSION, GpuSample, Health, Step
+from ringscope.gui.core.ingest.session import create_statements, insert_statement
 from tests.agent import hostile
 
 

@@ -1,8 +1,8 @@
 """Every command, every bad input: one line on stderr naming the argument, exit code 2 (1 where a command ran but
 failed), no traceback, no temporary file names, and nothing created or half-written.
 
-Most cases run ``gui.cli.main`` in this process (the console script's entry point, without paying a process start
-per case); the few that need a process of their own (the console script's real exit code, a simulator that forks,
+Most cases run ``ringscope.gui.cli.main`` in this process (the console script's entry point, without paying a process
+start per case); the few that need a process of their own (the console script's real exit code, a simulator that forks,
 Qt's platform check with another environment) run ``ringscope`` as a subprocess.
 """
 
@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.simulate import run_cluster
-from gui.cli import main
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
+from ringscope.agent.simulate import run_cluster
+from ringscope.gui.cli import main
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
 
 PROCESS_TIMEOUT_S = 60
 UNWRITABLE = Path("/sys/ringscope-test")  # sysfs refuses to create files even for root; a ENOTDIR case is below
@@ -33,7 +33,7 @@ UNWRITABLE = Path("/sys/ringscope-test")  # sysfs refuses to create files even f
 
 def _ringscope() -> list[str]:
     script = Path(sys.executable).with_name("ringscope")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gui.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ringscope.gui.cli"]
 
 
 def _qt_xcb_missing() -> list[str]:

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from gui.cli import COMMANDS, build_parser, main
-from gui.core.launch import DEMO_STEPS
+from ringscope.gui.cli import COMMANDS, build_parser, main
+from ringscope.gui.core.launch import DEMO_STEPS
 
 
 def _command_parsers() -> dict[str, argparse.ArgumentParser]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
 
 
 def test_simulate_command_with_a_straggler_is_recorded_with_the_straggler_pattern(tmp_path: Path) -> None:
@@ -21,7 +21,7 @@ def test_simulate_command_with_a_straggler_is_recorded_with_the_straggler_patter
     collector = Collector("tcp://127.0.0.1:0", [recorder]).start()
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "gui.cli", "simulate", "--ranks", "8", "--steps-per-second", "20",
+            [sys.executable, "-m", "ringscope.gui.cli", "simulate", "--ranks", "8", "--steps-per-second", "20",
              "--straggler", "5:30", "--data-stall", "4", "--steps", "40", "--endpoint", collector.endpoint,
              "--run-id", "e2e"],
             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})

@@ -77,7 +77,8 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 def recording(tmp_path: Path) -> Iterator[tuple[Path, str, Lines, subprocess.Popen[str]]]:
     out = tmp_path / "s.db"
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
-    record = subprocess.Popen([sys.executable, "-m", "gui.cli", "record", "--out", str(out), "--bind", endpoint,
+    record = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(out), "--bind",
+                               endpoint,
                                "--progress-s", "0"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
     lines = Lines(record, record.stderr)
@@ -116,7 +117,7 @@ def test_a_rank_blocked_forever_is_named_hung_with_its_stack(recording: tuple) -
         _kill_group(training)
     record.send_signal(signal.SIGINT)
     record.wait(30)
-    info = json.loads(subprocess.run([sys.executable, "-m", "gui.cli", "info", str(out)], cwd=ROOT,
+    info = json.loads(subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(out)], cwd=ROOT,
                                      capture_output=True, text=True, timeout=60, check=True).stdout)
     [hang] = info["hangs"]
     assert hang["run_id"] == "hang-run" and hang["rank"] == 1 and hang["step"] == 50

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-import agent
-from agent import wire
-from agent.runtime import Agent
-from agent.schema import Event, GpuSample, Step
-from gui.core.ingest.collector import MAX_AGENTS, MAX_RANKS, MAX_RUN_IDS
-from gui.core.ingest.session import load, summarize
+from ringscope import agent
+from ringscope.agent import wire
+from ringscope.agent.runtime import Agent
+from ringscope.agent.schema import Event, GpuSample, Step
+from ringscope.gui.core.ingest.collector import MAX_AGENTS, MAX_RANKS, MAX_RUN_IDS
+from ringscope.gui.core.ingest.session import load, summarize
 from tests.agent import hostile
 
 RSS_GROWTH_LIMIT_MB = 150
@@ -43,7 +43,7 @@ class Recording:
         self.stderr_path = tmp_path / f"{name}.stderr"
         with self.stdout_path.open("w") as stdout, self.stderr_path.open("w") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gui.cli", "record", "--out", str(self.out), "--bind", bind,
+                [sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(self.out), "--bind", bind,
                  "--progress-s", "0", *extra], stdout=stdout, stderr=stderr, text=True, preexec_fn=preexec,
                 env={**os.environ, "PYTHONPATH": os.getcwd()})
         deadline = time.monotonic() + 60

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import agent
-from agent.simulate import SimulationResult, run_cluster
+from ringscope import agent
+from ringscope.agent.simulate import SimulationResult, run_cluster
 
 STRAGGLER, EXTRA_MS, RATE = 2, 30.0, 20.0
 DASHBOARD = Path(__file__).resolve().parents[2] / "resources" / "grafana" / "ringscope-dashboard.json"
@@ -74,7 +74,7 @@ class Recording:
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
     out = tmp_path_factory.mktemp("metrics") / "s.db"
     process = subprocess.Popen(
-        [sys.executable, "-m", "gui.cli", "record", "--out", str(out), "--bind", "tcp://127.0.0.1:0",
+        [sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(out), "--bind", "tcp://127.0.0.1:0",
          "--metrics-port", "0", "--progress-s", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
@@ -325,7 +325,7 @@ def test_a_real_prometheus_scrapes_the_stall_and_the_straggler(recording: Record
 def test_bad_metrics_options_are_one_line_and_write_nothing(args: tuple[str, ...], option: str, said: str,
                                                             tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    from gui.cli import main
+    from ringscope.gui.cli import main
 
     assert main(["record", "--out", str(tmp_path / "new" / "S.db"), *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -335,7 +335,7 @@ def test_bad_metrics_options_are_one_line_and_write_nothing(args: tuple[str, ...
 
 def test_a_busy_metrics_port_stops_record_before_it_writes(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from gui.cli import main
+    from ringscope.gui.cli import main
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

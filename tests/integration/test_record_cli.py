@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-import agent
-from gui.core.ingest.session import load
+from ringscope import agent
+from ringscope.gui.core.ingest.session import load
 
 
 def _cli(*args: str, **kwargs) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "gui.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, **kwargs)
 
 
@@ -67,7 +68,7 @@ def test_sigterm_stops_cleanly_with_everything_flushed(recording) -> None:
     data = load(out)
     assert sorted(data.steps["step"].astype(int).tolist()) == list(range(3000))
     assert [e.event for e in data.events] == ["started", "finished"]
-    info = subprocess.run([sys.executable, "-m", "gui.cli", "info", str(out)], capture_output=True, text=True,
+    info = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(out)], capture_output=True, text=True,
                           timeout=60, check=True)
     summary = json.loads(info.stdout)
     assert summary["steps_per_rank"] == {"0": 3000} and summary["run_ids"] == ["cli"] and summary["complete"]
@@ -101,7 +102,8 @@ def test_sigkill_leaves_a_readable_file_with_everything_committed(recording) -> 
 def test_info_exits_2_with_a_clear_message_on_a_bad_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(os.urandom(2048))
-    result = subprocess.run([sys.executable, "-m", "gui.cli", "info", str(bad)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(bad)], capture_output=True,
+                            text=True,
                             timeout=60)
     assert result.returncode == 2 and "not a Ringscope session" in result.stderr and not result.stdout
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.simulate import run_cluster
-from gui.cli import main
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
-from gui.core.report import build_report
+from ringscope.agent.simulate import run_cluster
+from ringscope.gui.cli import main
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.report import build_report
 
 CLI_TIMEOUT_S = 120
 DDP_TIMEOUT_S = 180
@@ -52,7 +52,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gui.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ringscope.gui.cli", *args], capture_output=True, text=True,
                           timeout=CLI_TIMEOUT_S, check=False)
 
 
@@ -126,8 +126,9 @@ def test_real_ddp_recording_names_the_slow_rank(tmp_path: Path) -> None:
     collector = Collector("tcp://127.0.0.1:0", sinks=[recorder]).start()
     env = dict(os.environ, RINGSCOPE_ENDPOINT=collector.endpoint, RINGSCOPE_RUN_ID="report-ddp", OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-               str(_free_port()), "-m", "trainers.ddp_trainer", "--log-every", "0", "--steps", "30", "--slow-rank",
-               "1", "--slow-ms", "100", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every-steps", "10"]
+               str(_free_port()), "-m", "ringscope.trainers.ddp_trainer", "--log-every", "0", "--steps", "30",
+               "--slow-rank", "1", "--slow-ms", "100", "--checkpoint-dir", str(tmp_path / "ckpt"),
+               "--checkpoint-every-steps", "10"]
     try:
         with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True) as proc:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import EventKind, Step
+from ringscope.agent.schema import EventKind, Step
 from tests.trainers.conftest import TelemetryReceiver
 
 pytestmark = pytest.mark.slow
@@ -110,7 +110,8 @@ def _torchrun(args: list[str], ranks: int = 2) -> list[str]:
 
 def _ringscope_run(receiver: TelemetryReceiver | None, run_id: str, command: list[str]) -> list[str]:
     endpoint = receiver.endpoint if receiver is not None else "tcp://127.0.0.1:1"
-    return [sys.executable, "-m", "gui.cli", "run", "--endpoint", endpoint, "--run-id", run_id, "--", *command]
+    return [sys.executable, "-m", "ringscope.gui.cli", "run", "--endpoint", endpoint, "--run-id", run_id, "--",
+            *command]
 
 
 def _median(steps: list[Step], field: str) -> float:
@@ -152,7 +153,8 @@ def ddp_zero_code(receivers: list[TelemetryReceiver]) -> Finished:
 
 @pytest.fixture(scope="module")
 def ddp_manual(receivers: list[TelemetryReceiver]) -> Finished:
-    """The same script instrumented by hand (agent.torch_ddp.instrument) under plain torchrun: the reference."""
+    """The same script instrumented by hand (ringscope.agent.torch_ddp.instrument) under plain torchrun: the
+    reference."""
     receiver = _receiver(receivers)
     env = _env(RINGSCOPE_ENDPOINT=receiver.endpoint, RINGSCOPE_RUN_ID="manual-ddp")
     return Command(_torchrun([*DDP_TIMED_ARGS, "--manual"]), env, receiver).wait(2)
@@ -314,7 +316,7 @@ def test_broken_injection_or_own_callback_leave_the_keras_script_unchanged(
 
 
 def _run_python(code: str, *run_args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "gui.cli", "run", *run_args, "--", sys.executable, "-c", code]
+    argv = [sys.executable, "-m", "ringscope.gui.cli", "run", *run_args, "--", sys.executable, "-c", code]
     return subprocess.Popen(argv, cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 
@@ -330,7 +332,7 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 def test_the_command_gets_the_injection_environment_without_importing_ringscope() -> None:
     show = ("import os, sys; print(os.environ['RINGSCOPE_RUN_ID'], os.environ['RINGSCOPE_ENDPOINT'], "
-            "os.environ['PYTHONPATH'].split(os.pathsep)[0].endswith('startup'), 'agent' in sys.modules); "
+            "os.environ['PYTHONPATH'].split(os.pathsep)[0].endswith('startup'), 'ringscope' in sys.modules); "
             "sys.exit(5)")
     code, stdout, _ = _finish(_run_python(show, "--run-id", "r-1", "--endpoint", "tcp://127.0.0.1:9"))
     assert (code, stdout.split()) == (5, ["r-1", "tcp://127.0.0.1:9", "True", "False"])
@@ -348,6 +350,7 @@ def test_signals_are_forwarded_and_the_exit_code_is_the_commands() -> None:
         returncode, rest, _ = _finish(process)
         assert returncode == expected, rest
     assert _finish(_run_python("pass", env=_env()))[0] == 0
-    missing = subprocess.run([sys.executable, "-m", "gui.cli", "run", "--", "no-such-command-ringscope"], cwd=ROOT,
+    missing = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "run", "--", "no-such-command-ringscope"],
+                             cwd=ROOT,
                              capture_output=True, text=True, timeout=30)
     assert missing.returncode == 127 and "command not found" in missing.stderr

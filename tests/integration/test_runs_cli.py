@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gui.cli import main
+from ringscope.gui.cli import main
 from tests.gui.core.analysis.test_runs import _record
 
 

@@ -2,7 +2,8 @@
 
 One sweep (DDP and MirroredStrategy on 1 and 2 ranks, 60 steps) is shared by the module; a second one (DDP only)
 injects a 40 ms all-reduce delay into ddp:2, which must scale worse and stall more than without it. Both run as the
-user would run them, ``python -m gui.cli sweep`` in a subprocess with a timeout, as does a third whose run outlives
+user would run them, ``python -m ringscope.gui.cli sweep`` in a subprocess with a timeout, as does a third whose run
+outlives
 --timeout-per-run (stopped, reported, no process left behind), and a fourth that sweeps a user's own plain DDP script
 (``--script``, no Ringscope import in it: the zero-code path instruments it). The refusals run in-process: they must
 exit 2 before anything starts or is written.
@@ -23,8 +24,8 @@ import psutil
 import pypdfium2 as pdfium
 import pytest
 
-from gui.cli import main
-from gui.core.ingest.session import load
+from ringscope.gui.cli import main
+from ringscope.gui.core.ingest.session import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP_TIMEOUT_S = 420
@@ -84,7 +85,8 @@ SCRIPT_STEPS = 40
 
 
 def _sweep(out: Path, *args: str, steps: str | None = "60") -> Sweep:
-    command = [sys.executable, "-m", "gui.cli", "sweep", *(["--steps", steps] if steps else []), "--out", str(out),
+    command = [sys.executable, "-m", "ringscope.gui.cli", "sweep", *(["--steps", steps] if steps else []), "--out",
+               str(out),
                *args]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, check=False)
     sweep = Sweep(out, proc.returncode, proc.stdout, proc.stderr)
@@ -215,7 +217,8 @@ def test_the_comm_delay_hook_is_hidden_from_help(capsys: pytest.CaptureFixture[s
 def test_a_run_past_its_timeout_is_stopped_and_leaves_no_process(tmp_path: Path) -> None:
     started = time.time()
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "gui.cli", "sweep", "--frameworks", "ddp", "--ranks", "1", "--steps", "100000",
+    command = [sys.executable, "-m", "ringscope.gui.cli", "sweep", "--frameworks", "ddp", "--ranks", "1", "--steps",
+               "100000",
                "--timeout-per-run", "3", "--device", "cpu", "--out", str(out)]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr
@@ -223,4 +226,5 @@ def test_a_run_past_its_timeout_is_stopped_and_leaves_no_process(tmp_path: Path)
     (row,) = Sweep(out, proc.returncode, proc.stdout, proc.stderr).rows.values()
     assert row["status"].startswith("still running after 3 s")
     assert not [p for p in psutil.process_iter(["cmdline", "create_time"])
-                if p.info["create_time"] >= started and "trainers.ddp_trainer" in " ".join(p.info["cmdline"] or [])]
+                if p.info["create_time"] >= started
+                and "ringscope.trainers.ddp_trainer" in " ".join(p.info["cmdline"] or [])]

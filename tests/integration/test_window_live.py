@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pytest
 
-import agent
-from gui.app import build_window
-from gui.core.live.store import STATE_LOST, STATE_RUNNING
-from gui.views.qt_preferences import Preferences
+from ringscope import agent
+from ringscope.gui.app import build_window
+from ringscope.gui.core.live.store import STATE_LOST, STATE_RUNNING
+from ringscope.gui.views.qt_preferences import Preferences
 
 
 @pytest.fixture

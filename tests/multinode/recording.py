@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import SessionData, load
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import SessionData, load
 from tests.multinode.hosts import TestHosts
 
 ROOT = Path(__file__).resolve().parents[2]

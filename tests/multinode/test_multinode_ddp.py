@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gui.core.analysis.summary import analyze
-from gui.core.report.html import write_html
-from gui.core.report.model import build_report
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.report.html import write_html
+from ringscope.gui.core.report.model import build_report
 from tests.multinode.hosts import TestHosts, missing_requirements
 from tests.multinode.recording import ROOT, Training, record_on_hosts
 

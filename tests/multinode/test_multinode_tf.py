@@ -27,7 +27,7 @@ def test_two_hosts_multi_worker_mirrored_recorded_with_workers_grouped_by_host(t
         config = {"cluster": {"worker": [f"{hosts.address(i)}:{PORT}" for i in range(2)]},
                   "task": {"type": "worker", "index": host}}
         return ["env", f"TF_CONFIG={json.dumps(config)}", "TF_CPP_MIN_LOG_LEVEL=2", sys.executable, "-m",
-                "trainers.tf_trainer", "--strategy", "multi_worker_mirrored", "--steps", str(STEPS),
+                "ringscope.trainers.tf_trainer", "--strategy", "multi_worker_mirrored", "--steps", str(STEPS),
                 "--log-every", "0"]
 
     training = record_on_hosts(tmp_path / "mwms.db", "mn-mwms", worker, expected_steps=2 * STEPS)

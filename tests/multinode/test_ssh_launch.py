@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
-from gui.core.launch import Launcher, LaunchSpec
-from gui.core.launch.remote import stop_marker
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.launch import Launcher, LaunchSpec
+from ringscope.gui.core.launch.remote import stop_marker
 from tests.multinode.hosts import TestHosts, missing_requirements
 from tests.multinode.recording import ROOT
 from tests.multinode.sshd import SshServers, missing_sshd

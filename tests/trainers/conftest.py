@@ -1,4 +1,4 @@
-"""Fixtures for trainer tests: a real ZeroMQ PULL receiver that decodes every message with ``agent.wire``.
+"""Fixtures for trainer tests: a real ZeroMQ PULL receiver that decodes every message with ``ringscope.agent.wire``.
 
 ``receiver_factory()`` binds a new PULL socket on a random 127.0.0.1 port (linger=0) and drains it on a daemon
 thread into ``receiver.records``; give its ``endpoint`` to the trainer as ``RINGSCOPE_ENDPOINT``. The factory is
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import zmq
 
-from agent import wire
-from agent.schema import Event, Hello, Record, Step
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, Hello, Record, Step
 
 
 class TelemetryReceiver:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent.schema import EventKind, Step
-from trainers.common import parse_result
+from ringscope.agent.schema import EventKind, Step
+from ringscope.trainers.common import parse_result
 
 if TYPE_CHECKING:
     from tests.trainers.conftest import TelemetryReceiver
@@ -59,7 +59,7 @@ def torchrun(args: list[str], receiver: TelemetryReceiver | None, endpoint: str 
     env = dict(os.environ, RINGSCOPE_RUN_ID="test-run", OMP_NUM_THREADS="1")
     env["RINGSCOPE_ENDPOINT"] = receiver.endpoint if receiver is not None else (endpoint or env["RINGSCOPE_ENDPOINT"])
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-port", str(_free_port()), "-m", "trainers.ddp_trainer", "--log-every", "0", *args]
+               "--master-port", str(_free_port()), "-m", "ringscope.trainers.ddp_trainer", "--log-every", "0", *args]
     started = time.monotonic()
     with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as proc:
@@ -263,7 +263,8 @@ def test_no_collector_listening_still_finishes() -> None:
     ],
 )
 def test_bad_options_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "trainers.ddp_trainer", *args], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "ringscope.trainers.ddp_trainer", *args], cwd=ROOT,
+                          capture_output=True,
                           text=True, timeout=60, env=dict(os.environ, WORLD_SIZE="2"))
     assert proc.returncode == 2
     assert message in proc.stderr, proc.stderr

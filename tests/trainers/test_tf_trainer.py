@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from agent.schema import EventKind, Step
-from trainers import common
+from ringscope.agent.schema import EventKind, Step
+from ringscope.trainers import common
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def _run(args: list[str], receiver: Any, *, timeout_s: float = RUN_TIMEOUT_S) ->
     env = dict(os.environ, RINGSCOPE_ENDPOINT=receiver.endpoint, RINGSCOPE_DEVICE_INTERVAL_S="0.2",
                TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "trainers.tf_trainer", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "ringscope.trainers.tf_trainer", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
@@ -190,7 +190,7 @@ def test_multi_worker_slowed_worker_is_identified(multi_worker: Run) -> None:
 def test_training_without_a_collector_finishes_normally() -> None:
     env = dict(os.environ, RINGSCOPE_ENDPOINT="tcp://127.0.0.1:1", TF_CPP_MIN_LOG_LEVEL="2")
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "trainers.tf_trainer", "--steps", "5", "--log-every", "0"],
+    out = subprocess.run([sys.executable, "-m", "ringscope.trainers.tf_trainer", "--steps", "5", "--log-every", "0"],
                          env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert common.parse_result(out.stdout)["steps"] == 5
@@ -208,7 +208,7 @@ def test_training_without_a_collector_finishes_normally() -> None:
 )
 def test_bad_options_are_refused_before_tensorflow_starts(args: list[str], message: str) -> None:
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "trainers.tf_trainer", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "ringscope.trainers.tf_trainer", *args], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert time.monotonic() - started < 20  # no TensorFlow import

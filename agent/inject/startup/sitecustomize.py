@@ -7,7 +7,8 @@ that name, so nothing of Ringscope is imported here):
 1. Unless ``RINGSCOPE_DISABLE=1``, it installs a ``sys.meta_path`` finder that watches for ``torch``,
    ``tensorflow`` and ``keras``. It finds nothing itself: it lets the real finders locate those modules and wraps
    the loader's ``exec_module`` so that, once the framework has *finished* importing, it calls
-   ``agent.inject.torch_patch.install()`` (torch) or ``agent.inject.tf_patch.install()`` (tensorflow and keras,
+   ``ringscope.agent.inject.torch_patch.install()`` (torch) or ``ringscope.agent.inject.tf_patch.install()``
+   (tensorflow and keras,
    when both are done). A process that never imports a framework pays for one finder and nothing else.
 2. It runs the ``sitecustomize`` this one shadows (the next one on ``sys.path``), as Python would have.
 
@@ -32,11 +33,12 @@ from typing import Any
 
 _DISABLE = "RINGSCOPE_DISABLE"
 _FAULT = "RINGSCOPE_INJECT_FAULT"
-_OFF_FLAG = "_ringscope_zero_code_off"  # set on the ``sys`` module: one line per process, shared with agent.inject
+# set on the ``sys`` module: one line per process, shared with ringscope.agent.inject
+_OFF_FLAG = "_ringscope_zero_code_off"
 # installer module -> the framework modules that must all have finished importing before it runs
 _INSTALLERS: dict[str, tuple[str, ...]] = {
-    "agent.inject.torch_patch": ("torch",),
-    "agent.inject.tf_patch": ("tensorflow", "keras"),
+    "ringscope.agent.inject.torch_patch": ("torch",),
+    "ringscope.agent.inject.tf_patch": ("tensorflow", "keras"),
 }
 
 
@@ -149,7 +151,7 @@ def _chain_next_sitecustomize() -> None:
 
 
 def _bootstrap() -> None:
-    if os.environ.get(_DISABLE, "").strip() in {"1", "true", "yes"}:  # as agent.runtime reads it
+    if os.environ.get(_DISABLE, "").strip() in {"1", "true", "yes"}:  # as ringscope.agent.runtime reads it
         return  # asked for: silent here (``ringscope run`` says it once)
     try:
         if os.environ.get(_FAULT, "").strip() == "bootstrap":

@@ -11,17 +11,20 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
 
-from gui.core.ingest.session import load
-from gui.core.phases import PHASES
-from gui.core.report import build_report, charts, interactive
-from gui.core.report.html import STYLE, atomic_target, legend_html, write_text_atomically
-from gui.core.report.model import Report, duration_text, straggler_text
-from gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
-from gui.core.report.progress import CancelFlag, Progress, ProgressCallback
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.report import build_report, interactive
+from ringscope.gui.core.report.html import STYLE, atomic_target, legend_html, write_text_atomically
+from ringscope.gui.core.report.model import Report, duration_text, straggler_text
+from ringscope.gui.core.report.progress import CancelFlag, Progress, ProgressCallback
+
+if TYPE_CHECKING:  # matplotlib is imported only when a PDF is written (the pdf extra)
+    from matplotlib.axes import Axes
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +203,11 @@ def write_compare_html(comparison: Comparison, path: str | Path, progress: Progr
 def write_compare_pdf(comparison: Comparison, path: str | Path, progress: Progress | None = None) -> Path:
     """Write the comparison as an A4 PDF (atomically): the sessions, the figures table with units and the
     stragglers, then A and B side by side on one scale: step-time breakdown, throughput, per-rank breakdown."""
+    require("pdf", "a PDF comparison")
     from matplotlib.backends.backend_pdf import PdfPages
+
+    from ringscope.gui.core.report import charts
+    from ringscope.gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
 
     progress = progress or Progress()
     c = comparison
@@ -300,6 +307,8 @@ def _wrap(text: str, width: int) -> str:
 
 def _pair_draws(c: Comparison, kind: str) -> tuple[Callable[[Axes], None], Callable[[Axes], None]]:
     """Drawing functions of A's and B's chart of one kind, titled "A: ..." and "B: ..."."""
+    from ringscope.gui.core.report import charts
+
     def draw(report: Report, head: str) -> Callable[[Axes], None]:
         title = _wrap(head, 48)
         if kind == "breakdown":
@@ -310,6 +319,8 @@ def _pair_draws(c: Comparison, kind: str) -> tuple[Callable[[Axes], None], Calla
 
 def _draw_throughputs(c: Comparison) -> Callable[[Axes], None]:
     """A's and B's throughput on one axes, with a legend that says which is which."""
+    from ringscope.gui.core.report import charts
+
     def draw(ax: Axes) -> None:
         for report, head, color in ((c.a, f"A: {c.label_a}", RUN_COLORS[0]), (c.b, f"B: {c.label_b}",
                                                                                RUN_COLORS[1])):

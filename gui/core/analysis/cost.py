@@ -13,8 +13,8 @@ from typing import Final
 
 import numpy as np
 
-from gui.core.analysis.summary import SessionAnalysis, phase_seconds
-from gui.core.session_data import SessionData
+from ringscope.gui.core.analysis.summary import SessionAnalysis, phase_seconds
+from ringscope.gui.core.session_data import SessionData
 
 DEFAULT_PRICE_PER_GPU_HOUR: Final[float] = 2.50
 """USD per GPU-hour used when neither the user nor an agent gave a price (roughly an on-demand A100 hour)."""

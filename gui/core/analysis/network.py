@@ -1,5 +1,5 @@
 """The links between hosts: bytes all-reduced per step, the transfer time and bandwidth it achieved, and whose link
-queues (``gui.core.ingest.transit``): the evidence that makes "the network" a diagnosis rather than a guess.
+queues (``ringscope.gui.core.ingest.transit``): the evidence that makes "the network" a diagnosis rather than a guess.
 
 Per host, over the steady steps of its ranks:
 
@@ -26,8 +26,8 @@ from typing import Final
 
 import numpy as np
 
-from gui.core.ingest.transit import Transit
-from gui.core.session_data import SessionData
+from ringscope.gui.core.ingest.transit import Transit
+from ringscope.gui.core.session_data import SessionData
 
 QUEUE_CONGESTED_S: Final[float] = 0.005
 """Median queueing delay of a host's telemetry above which its link counts as queueing (an idle link: < 1 ms)."""

@@ -11,8 +11,8 @@ from typing import Final
 
 import numpy as np
 
-from gui.core.analysis.cost import CostBreakdown
-from gui.core.analysis.summary import SessionAnalysis
+from ringscope.gui.core.analysis.cost import CostBreakdown
+from ringscope.gui.core.analysis.summary import SessionAnalysis
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ from typing import Final
 
 import numpy as np
 
-from agent.schema import EventKind
-from gui.core.session_data import SessionData
+from ringscope.agent.schema import EventKind
+from ringscope.gui.core.session_data import SessionData
 
 RUNNING: Final = "running"
 FINISHED: Final = "finished"  # every rank said goodbye

@@ -3,9 +3,10 @@
 This module owns the recorded-session straggler figures of shared/MEASURING.md (Stragglers): the ``Straggler``
 record, its thresholds, the windowed detection over steady steps, the attribution of the lateness to a phase or to
 the hardware, and the one-word diagnosis of what the exposed communication is about ("straggler", "network",
-"none"). It works on the step columns and phase seconds that ``gui.core.analysis.summary`` computes and is
-re-exported by it; it must never import ``gui.core.analysis.summary`` (that module imports this one), Qt or an ML
-framework. The cheap live heuristic of the dashboard is a different thing and lives in ``gui.core.live.snapshot``.
+"none"). It works on the step columns and phase seconds that ``ringscope.gui.core.analysis.summary`` computes and is
+re-exported by it; it must never import ``ringscope.gui.core.analysis.summary`` (that module imports this one), Qt or
+an ML framework. The cheap live heuristic of the dashboard is a different thing and lives in
+``ringscope.gui.core.live.snapshot``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Final, Protocol
 
 import numpy as np
 
-from gui.core.session_data import Columns, distinct
+from ringscope.gui.core.session_data import Columns, distinct
 
 STRAGGLER_WINDOW_STEPS: Final[int] = 20
 STRAGGLER_MIN_SHARE_OF_STEPS: Final[float] = 0.6
@@ -40,9 +41,10 @@ HARDWARE_CLOCK_RATIO: Final[float] = 0.9
 
 
 class GpuClockReading(Protocol):
-    """The per-GPU figures the hardware check reads; ``gui.core.analysis.summary.GpuStats`` provides them.
+    """The per-GPU figures the hardware check reads; ``ringscope.gui.core.analysis.summary.GpuStats`` provides them.
 
-    A protocol rather than an import of ``GpuStats`` so that this module does not import ``gui.core.analysis.summary``.
+    A protocol rather than an import of ``GpuStats`` so that this module does not import
+    ``ringscope.gui.core.analysis.summary``.
     """
 
     @property
@@ -179,8 +181,8 @@ def diagnose_wait(straggler: Straggler | None, comm_exposed_share: float, rank_c
     every rank is within 10 % of the median, or within 2 % of the step (``step_s``): a 0.4 ms difference on a 1 ms
     compute inside a 120 ms all-reduce-bound step stands out from nothing.
 
-    ``links_congested`` (``gui.core.analysis.network``): across hosts, "network" also needs a link that queues;
-    when every host's link is idle the wait is the collective's own cost (latency, CPU contention of the ranks),
+    ``links_congested`` (``ringscope.gui.core.analysis.network``): across hosts, "network" also needs a link that
+    queues; when every host's link is idle the wait is the collective's own cost (latency, CPU contention of the ranks),
     not the network, and the answer is "none". None (one host, or no link figures) keeps the rule above alone.
     """
     if straggler is not None:

@@ -2,8 +2,8 @@
 
 This module owns the numbers every report, the cost model and the recommendations are built on, following
 shared/MEASURING.md, and ``analyze``, which assembles them into one ``SessionAnalysis``. Straggler detection and the
-exposed-wait diagnosis live in ``gui.core.analysis.straggler``; their names are re-exported here so importers keep
-one place to import from. It takes a ``SessionData`` (live or recorded) and returns plain frozen dataclasses. It
+exposed-wait diagnosis live in ``ringscope.gui.core.analysis.straggler``; their names are re-exported here so importers
+keep one place to import from. It takes a ``SessionData`` (live or recorded) and returns plain frozen dataclasses. It
 must never import Qt or an ML framework, and never invent a value: a phase that was not measured is counted in the
 data quality section, and a missing GPU is stated, not shown as zero.
 """
@@ -16,9 +16,9 @@ from typing import Final
 
 import numpy as np
 
-from agent.schema import EventKind, GpuStatus
-from gui.core.analysis.network import NetworkFindings, network_findings
-from gui.core.analysis.straggler import (
+from ringscope.agent.schema import EventKind, GpuStatus
+from ringscope.gui.core.analysis.network import NetworkFindings, network_findings
+from ringscope.gui.core.analysis.straggler import (
     HARDWARE_CLOCK_RATIO,
     NETWORK_COMPUTE_SPREAD,
     STRAGGLER_MIN_GAP_SHARE,
@@ -28,8 +28,8 @@ from gui.core.analysis.straggler import (
     diagnose_wait,
     find_straggler,
 )
-from gui.core.phases import PHASES
-from gui.core.session_data import Columns, SessionData, distinct
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.session_data import Columns, SessionData, distinct
 
 __all__ = [
     "HARDWARE_CLOCK_RATIO", "NETWORK_COMPUTE_SPREAD", "OTHER_RESOLUTION_S", "PHASE_NAMES", "STRAGGLER_MIN_GAP_SHARE",
@@ -159,7 +159,7 @@ class SessionAnalysis:
     wait_diagnosis: str
     data_quality: DataQuality
     notes: list[str] = field(default_factory=list)
-    network: NetworkFindings | None = None  # per-host link figures (gui.core.analysis.network)
+    network: NetworkFindings | None = None  # per-host link figures (ringscope.gui.core.analysis.network)
 
     @property
     def duration_s(self) -> float:

@@ -1,6 +1,7 @@
 """Where this machine's collector keys live, and the access token agents need (``--secure``, ``ringscope keys``).
 
-The keys themselves (CURVE, token format) are ``agent.keys``; this module only decides the files: the collector's
+The keys themselves (CURVE, token format) are ``ringscope.agent.keys``; this module only decides the files: the
+collector's
 key file ``~/.local/share/ringscope/collector-keys.json`` and, next to it, ``agent-token`` holding the token alone
 (both mode 0600, ``XDG_DATA_HOME`` respected), for ``RINGSCOPE_KEY_FILE`` on a shared file system.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.keys import ENV_KEY, ENV_KEY_FILE, CollectorKeys
+from ringscope.agent.keys import ENV_KEY, ENV_KEY_FILE, CollectorKeys
 
 __all__ = ["ENV_KEY", "ENV_KEY_FILE", "collector_keys", "default_key_path", "write_agent_token"]
 
@@ -23,7 +24,7 @@ def default_key_path() -> Path:
 
 def collector_keys(path: str | os.PathLike[str] | None = None) -> CollectorKeys:
     """The collector's keys from ``path`` (default ``default_key_path()``), created on first use. Raises
-    ``agent.keys.AccessKeyError`` when the file exists but is unusable."""
+    ``ringscope.agent.keys.AccessKeyError`` when the file exists but is unusable."""
     return CollectorKeys.load_or_create(path or default_key_path())
 
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import FIELDS
+from ringscope.agent.schema import FIELDS
 
 TABLE: Final[str] = "step_blocks"
 CREATE: Final[str] = (f'CREATE TABLE IF NOT EXISTS "{TABLE}" (first_rowid INTEGER, last_rowid INTEGER, n INTEGER, '

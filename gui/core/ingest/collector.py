@@ -2,7 +2,7 @@
 
 What it owns: a ZeroMQ context and PULL socket (bound, default loopback only), one receive thread, per-agent
 sequence tracking, the session's caps (agents, ranks, run ids) and the ``IngestCounters``. Every message goes
-through ``agent.wire.decode``; what is accepted is handed to each ``IngestSink`` on the receive thread.
+through ``ringscope.agent.wire.decode``; what is accepted is handed to each ``IngestSink`` on the receive thread.
 
 Memory is bounded per connection: ZeroMQ queues at most ``RECEIVE_HWM`` messages of at most ``MAX_FRAME_BYTES``
 for each connected peer (then it stops reading that peer's TCP stream: a real agent keeps its records in its own
@@ -31,10 +31,10 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import monitor as zmq_monitor
 
-from agent import wire
-from agent.keys import CollectorKeys
-from agent.schema import Hello
-from gui.core.ingest.sink import JOINED_LATE, Gap, IngestCounters, IngestSink, Rejection
+from ringscope.agent import wire
+from ringscope.agent.keys import CollectorKeys
+from ringscope.agent.schema import Hello
+from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, IngestCounters, IngestSink, Rejection
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Collector:
         bind: ZeroMQ endpoint to bind, e.g. ``tcp://127.0.0.1:5757``; port ``0`` or ``*`` picks a free port
             (read it back from ``endpoint``).
         sinks: consumers called on the receive thread (``add_sink`` adds more, before or after ``start``).
-        keys: require CURVE (``agent.keys``): connections are encrypted and only agents holding
+        keys: require CURVE (``ringscope.agent.keys``): connections are encrypted and only agents holding
             ``keys.agent_keys.token`` get in. Failed handshakes are counted as rejected: "unauthenticated" with
             keys, "handshake" without (an agent holding a token at a collector that does not ask for one).
         max_agents, max_ranks, max_run_ids: the session's caps (see the module docstring).
@@ -365,7 +365,7 @@ class Collector:
         for sink in self._sinks:
             try:
                 handler = getattr(sink, method, None)
-                if handler is not None:  # on_joined_late is optional (see gui.core.ingest.sink)
+                if handler is not None:  # on_joined_late is optional (see ringscope.gui.core.ingest.sink)
                     handler(*args)
             except Exception as exc:
                 self._warn(f"sink:{type(sink).__name__}", f"{type(sink).__name__}.{method} failed: {exc!r}")

@@ -2,7 +2,8 @@
 
 What it owns: the session file, one writer thread, and a hand-off queue between the collector's thread and the
 writer, bounded in bytes (``wire.Batch.memory_bytes``, an upper estimate of what a decoded message holds). Tables
-derive from ``agent.schema.FIELDS`` (see ``gui.core.ingest.session``): one per record kind with ``agent_id``,
+derive from ``ringscope.agent.schema.FIELDS`` (see ``ringscope.gui.core.ingest.session``): one per record kind with
+``agent_id``,
 ``recv_s`` and the schema fields; ``meta`` (key/value), ``gaps`` (lost and joined-late ranges), ``sequences`` (per
 agent: first and last sequence number seen, messages, records) and ``rejections``.
 
@@ -30,11 +31,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from agent import wire
-from agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello, Record, schema_version_str
-from gui.core.ingest import blocks, transit
-from gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement, stored_positions
-from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
+from ringscope.agent import wire
+from ringscope.agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello, Record, schema_version_str
+from ringscope.gui.core.ingest import blocks, transit
+from ringscope.gui.core.ingest.session import (
+    FORMAT_NAME,
+    INDEXES,
+    create_statements,
+    insert_statement,
+    stored_positions,
+)
+from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 
 log = logging.getLogger(__name__)
 

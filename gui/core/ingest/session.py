@@ -1,6 +1,6 @@
 """Session files: their SQLite layout (shared with the recorder) and reading them back as ``SessionData``.
 
-Layout, derived from ``agent.schema.FIELDS``: one table per record kind (named after the kind) with columns
+Layout, derived from ``ringscope.agent.schema.FIELDS``: one table per record kind (named after the kind) with columns
 ``agent_id``, ``recv_s`` and the schema fields (list fields as JSON text); ``meta`` (key/value: format, schema
 version, created, run ids, ringscope version, ingest counters, write errors), ``gaps`` (``kind`` "lost": skipped
 sequence numbers; "joined_late": what an agent sent before this recorder's collector heard from it), ``sequences``
@@ -22,10 +22,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, EventKind, Hello
-from gui.core.analysis.runs import runs_of
-from gui.core.ingest import blocks, transit
-from gui.core.session_data import Columns, SessionData, columns_from_rows
+from ringscope.agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, EventKind, Hello
+from ringscope.gui.core.analysis.runs import runs_of
+from ringscope.gui.core.ingest import blocks, transit
+from ringscope.gui.core.session_data import Columns, SessionData, columns_from_rows
 
 FORMAT_NAME: Final[str] = "ringscope-session"
 _SQLITE_MAGIC: Final[bytes] = b"SQLite format 3\x00"

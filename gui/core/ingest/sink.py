@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from agent.wire import Batch
+from ringscope.agent.wire import Batch
 
 LOST: Final[str] = "lost"
 """``Gap.kind`` of messages lost during the session (sequence numbers skipped)."""
@@ -42,7 +42,8 @@ class Gap:
 class Rejection:
     """A message that was not accepted: why (stable short code), in words, and when."""
 
-    reason: str  # agent.wire.REASONS, or the collector's: unknown_kind, too_many_*, handshake, unauthenticated
+    # ringscope.agent.wire.REASONS, or the collector's: unknown_kind, too_many_*, handshake, unauthenticated
+    reason: str
     detail: str
     ts_s: float
     size_bytes: int

@@ -5,7 +5,7 @@ difference is the clock offset between the two hosts plus the path's fixed delay
 difference seen from an agent is offset + fixed delay, so ``transit - min transit`` is the time its messages waited in
 queues, whatever the clocks say. A link saturated by a training's all-reduce traffic (a rate-limited or congested
 NIC) queues the telemetry behind it: its agents' queueing delay grows, and the host whose delay stands out is the one
-with the slow link (``gui.core.analysis.network``).
+with the slow link (``ringscope.gui.core.analysis.network``).
 
 Kept as a small histogram per agent (``BIN_EDGES_S``), rewritten by the recorder in the ``transit`` table every
 ``TRANSIT_WRITE_S`` (2 s) and at close, so the cost is a few operations per message and a row per agent every
@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import shifted
-from gui.core.session_data import SessionData
+from ringscope.agent.schema import shifted
+from ringscope.gui.core.session_data import SessionData
 
 BIN_EDGES_S: Final[tuple[float, ...]] = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
                                          2.0, 5.0)

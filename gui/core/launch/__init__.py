@@ -12,8 +12,8 @@ Modules: ``options`` (trainer option table), ``spec`` (LaunchSpec), ``validation
 Never imports Qt or a training framework.
 """
 
-from gui.core.launch.demo import DEMO_STEPS, demo_spec, gpu_count
-from gui.core.launch.options import (
+from ringscope.gui.core.launch.demo import DEMO_STEPS, demo_spec, gpu_count
+from ringscope.gui.core.launch.options import (
     OPTIONS,
     OPTIONS_BY_KEY,
     OptionSpec,
@@ -22,7 +22,7 @@ from gui.core.launch.options import (
     option_for,
     options_for,
 )
-from gui.core.launch.plan import (
+from ringscope.gui.core.launch.plan import (
     ProcessPlan,
     build_commands,
     check_bindable,
@@ -31,9 +31,9 @@ from gui.core.launch.plan import (
     port_in_use,
     remote_endpoint,
 )
-from gui.core.launch.process import FINAL_STATES, ManagedProcess, OutputBuffer, ProcessState, StateChange
-from gui.core.launch.runner import Launcher, LaunchError, Run
-from gui.core.launch.spec import (
+from ringscope.gui.core.launch.process import FINAL_STATES, ManagedProcess, OutputBuffer, ProcessState, StateChange
+from ringscope.gui.core.launch.runner import Launcher, LaunchError, Run
+from ringscope.gui.core.launch.spec import (
     KIND_TITLES,
     KINDS,
     REFERENCE,
@@ -43,7 +43,7 @@ from gui.core.launch.spec import (
     new_run_id,
     parse_env_lines,
 )
-from gui.core.launch.validation import validate
+from ringscope.gui.core.launch.validation import validate
 
 __all__ = [
     "DEMO_STEPS",

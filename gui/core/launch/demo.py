@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import tempfile
 
-from agent.devices import DeviceProbe
-from gui.core.launch.spec import LaunchSpec
+from ringscope.agent.devices import DeviceProbe
+from ringscope.gui.core.launch.spec import LaunchSpec
 
 DEMO_STEPS = 1200
 

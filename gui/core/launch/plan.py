@@ -12,23 +12,21 @@ import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Final
 
-from agent.inject import injection_env
-from gui.core.launch.options import format_option
-from gui.core.launch.spec import LaunchSpec, new_run_id
+import ringscope
+from ringscope.agent.inject import injection_env
+from ringscope.gui.core.launch.options import format_option
+from ringscope.gui.core.launch.spec import LaunchSpec, new_run_id
 
-ENV_ENDPOINT: Final[str] = "RINGSCOPE_ENDPOINT"  # the names agent.runtime reads
+ENV_ENDPOINT: Final[str] = "RINGSCOPE_ENDPOINT"  # the names ringscope.agent.runtime reads
 ENV_RUN_ID: Final[str] = "RINGSCOPE_RUN_ID"
 LAUNCHER_ENV_KEYS: Final[frozenset[str]] = frozenset({ENV_ENDPOINT, ENV_RUN_ID})
 REFERENCE_MODULES: Final[dict[str, str]] = {
-    "ddp": "trainers.ddp_trainer",
-    "tf_mirrored": "trainers.tf_trainer",
-    "tf_multi_worker": "trainers.tf_trainer",
+    "ddp": "ringscope.trainers.ddp_trainer",
+    "tf_mirrored": "ringscope.trainers.tf_trainer",
+    "tf_multi_worker": "ringscope.trainers.tf_trainer",
 }
-# The folder that holds the ``trainers`` package: put on PYTHONPATH so reference trainers run from any directory.
-PROJECT_ROOT: Final[Path] = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +53,14 @@ def build_commands(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | 
     The spec's run id is used (a fresh one if it has none); every process gets ``RINGSCOPE_ENDPOINT``,
     ``RINGSCOPE_RUN_ID``, ``PYTHONUNBUFFERED=1`` (so its output reaches the process panel line by line) and
     ``agent_env`` (e.g. the collector's access token). A user's script with ``spec.zero_code`` also gets the
-    injection environment of ``agent.inject`` (the bootstrap first on ``PYTHONPATH``), as under ``ringscope run``.
-    A spec with ``hosts`` gives one ``ssh`` client per host instead (``gui.core.launch.remote.remote_plans``).
+    injection environment of ``ringscope.agent.inject`` (the bootstrap first on ``PYTHONPATH``), as under ``ringscope
+    run``.
+    A spec with ``hosts`` gives one ``ssh`` client per host instead (``ringscope.gui.core.launch.remote.remote_plans``).
     """
     run_id = spec.run_id or new_run_id()
     if spec.hosts:
         # Imported here: the remote plans build on this module's environment and program helpers.
-        from gui.core.launch.remote import remote_plans
+        from ringscope.gui.core.launch.remote import remote_plans
         return remote_plans(replace(spec, run_id=run_id), endpoint, agent_env)
     base_env = launch_env(spec, endpoint, run_id, agent_env, os.environ.get("PYTHONPATH", ""))
     program = program_words(spec)
@@ -106,7 +105,7 @@ def launch_env(spec: LaunchSpec, endpoint: str, run_id: str, agent_env: dict[str
     if spec.uses_reference:
         # Reference trainers are a package of this project: make them importable whatever the working directory.
         base_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), base_env.get("PYTHONPATH", inherited_pythonpath)) if p)
+            p for p in (ringscope.child_pythonpath(), base_env.get("PYTHONPATH", inherited_pythonpath)) if p)
     elif spec.injects:
         current = {"PYTHONPATH": base_env.get("PYTHONPATH", inherited_pythonpath)}
         base_env.update(injection_env(current))

@@ -18,7 +18,7 @@ from typing import IO, Final, Literal
 
 import psutil
 
-from gui.core.launch.plan import ProcessPlan
+from ringscope.gui.core.launch.plan import ProcessPlan
 
 ProcessState = Literal["starting", "running", "exited", "killed", "failed"]
 FINAL_STATES: Final[frozenset[str]] = frozenset({"exited", "killed", "failed"})

@@ -26,10 +26,10 @@ import shlex
 from collections.abc import Sequence
 from typing import Final
 
-from gui.core.launch.plan import ENV_RUN_ID, ProcessPlan, launch_env, parse_tcp_endpoint, program_words
-from gui.core.launch.spec import LaunchKind, LaunchSpec
+from ringscope.gui.core.launch.plan import ENV_RUN_ID, ProcessPlan, launch_env, parse_tcp_endpoint, program_words
+from ringscope.gui.core.launch.spec import LaunchKind, LaunchSpec
 
-ENV_HOST: Final[str] = "RINGSCOPE_HOST"  # the name agent.devices reports as the host, when set
+ENV_HOST: Final[str] = "RINGSCOPE_HOST"  # the name ringscope.agent.devices reports as the host, when set
 MULTI_NODE_KINDS: Final[tuple[LaunchKind, ...]] = ("ddp", "tf_multi_worker", "script")
 DEFAULT_RENDEZVOUS_PORT: Final[int] = 29400  # torchrun's c10d default
 DEFAULT_WORKER_PORT: Final[int] = 29610  # first TF_CONFIG port of each host (and MASTER_PORT of plain scripts)

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from gui.core.launch.plan import build_commands
-from gui.core.launch.process import ManagedProcess, StateChange
-from gui.core.launch.remote import remote_stop_plans
-from gui.core.launch.spec import LaunchSpec, new_run_id
-from gui.core.launch.validation import validate
+from ringscope.gui.core.launch.plan import build_commands
+from ringscope.gui.core.launch.process import ManagedProcess, StateChange
+from ringscope.gui.core.launch.remote import remote_stop_plans
+from ringscope.gui.core.launch.spec import LaunchSpec, new_run_id
+from ringscope.gui.core.launch.validation import validate
 
 DEFAULT_GRACE_S: Final[float] = 10.0
 KILL_WAIT_S: Final[float] = 5.0  # after SIGKILL, how long stop() waits for the kernel to reap

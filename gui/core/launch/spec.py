@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal, cast, get_args
 
-from gui.core.launch.options import Framework, OptionValue
+from ringscope.gui.core.launch.options import Framework, OptionValue
 
 LaunchKind = Literal["ddp", "tf_mirrored", "tf_multi_worker", "script"]
 KINDS: Final[tuple[LaunchKind, ...]] = get_args(LaunchKind)
@@ -37,13 +37,13 @@ class LaunchSpec:
         trainer: ``"reference"`` (the project's trainer for ``kind``) or the path of the user's script.
         script_args: arguments after the script (user scripts only; reference trainers take ``options``).
         processes: ranks (ddp), devices (tf_mirrored) or worker processes (tf_multi_worker, script).
-        options: reference-trainer options by name (see ``gui.core.launch.options``); text values are accepted.
-        working_dir: the processes' working directory (None: the app's).
+        options: reference-trainer options by name (see ``ringscope.gui.core.launch.options``); text values are
+        accepted. working_dir: the processes' working directory (None: the app's).
         env: extra environment variables.
         run_id: one id per launch; None lets the launcher assign a fresh one.
         python: the interpreter that runs everything (torchrun is run as ``python -m torch.distributed.run``).
         base_port: first TF_CONFIG port for MultiWorkerMirroredStrategy; None picks free ports.
-        zero_code: inject Ringscope into the user's unmodified script (``agent.inject``, as ``ringscope run``
+        zero_code: inject Ringscope into the user's unmodified script (``ringscope.agent.inject``, as ``ringscope run``
             does); off for scripts that instrument themselves. Reference trainers instrument themselves: ignored.
         hosts: the nodes to run on over SSH, in node-rank order (the first hosts the rendezvous); empty: this
             machine only. With hosts, ``processes`` counts per host, ``base_port`` is the rendezvous (ddp) or first

@@ -2,7 +2,7 @@
 
 What it owns: one bounded ring per GPU (keyed by ``(host, gpu_index)``) and per host, the copy-on-change caches that
 turn them into the immutable ``GpuSeries`` / ``HostState`` tuples of a ``Snapshot``, and their ``SessionData``
-columns. ``LiveStore`` (``gui.core.live.store``) owns one ``DeviceSeries`` and is its only caller.
+columns. ``LiveStore`` (``ringscope.gui.core.live.store``) owns one ``DeviceSeries`` and is its only caller.
 
 What it must never do: import Qt, take a lock of its own (the store's lock guards it, see ``DeviceSeries``), grow
 without bound, or turn a missing reading into 0 (it stays NaN).
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from agent.schema import GpuSample, HostSample
-from gui.core.live.snapshot import GpuSeries, HostState, readonly
-from gui.core.session_data import Columns, empty_columns
+from ringscope.agent.schema import GpuSample, HostSample
+from ringscope.gui.core.live.snapshot import GpuSeries, HostState, readonly
+from ringscope.gui.core.session_data import Columns, empty_columns
 
 __all__ = ["DeviceSeries"]
 

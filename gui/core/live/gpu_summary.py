@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from gui.core.live.snapshot import GpuSeries, GpuSummary
+from ringscope.gui.core.live.snapshot import GpuSeries, GpuSummary
 
 __all__ = ["EVERY_S", "SUMMARY_ABOVE", "WINDOW_S", "GpuSummary", "bin_series", "column_percentiles", "summarize"]
 

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from gui.core.analysis.cost import CostBreakdown, estimate_cost
-from gui.core.analysis.summary import SessionAnalysis, analyze
-from gui.core.session_data import SessionData
+from ringscope.gui.core.analysis.cost import CostBreakdown, estimate_cost
+from ringscope.gui.core.analysis.summary import SessionAnalysis, analyze
+from ringscope.gui.core.session_data import SessionData
 
 log = logging.getLogger(__name__)
 

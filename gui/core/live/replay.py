@@ -1,8 +1,9 @@
 """Reopening a recording: the runs of a session file as ``LiveRuns``, so the window shows them as it showed them live.
 
-What it owns: turning a ``SessionData`` (``gui.core.ingest.session.load``) into one filled ``LiveStore`` per run —
+What it owns: turning a ``SessionData`` (``ringscope.gui.core.ingest.session.load``) into one filled ``LiveStore`` per
+run —
 steps loaded vectorized (``LiveStore.load_steps``), the last readings of every GPU and host, identities and events —
-with each run's recorded state and end (``gui.core.analysis.runs.runs_of``) frozen in place.
+with each run's recorded state and end (``ringscope.gui.core.analysis.runs.runs_of``) frozen in place.
 
 What it must never do: import Qt, change the file, or re-decide a recorded run's state from today's clock.
 """
@@ -14,12 +15,12 @@ from typing import Final
 
 import numpy as np
 
-from agent import wire
-from agent.schema import FIELDS, SCHEMA_VERSION, GpuSample, HostSample, Record
-from gui.core.analysis.runs import LOST_TIMEOUT_S, runs_of
-from gui.core.live.runs import LiveRuns
-from gui.core.live.store import LiveStore
-from gui.core.session_data import Columns, SessionData
+from ringscope.agent import wire
+from ringscope.agent.schema import FIELDS, SCHEMA_VERSION, GpuSample, HostSample, Record
+from ringscope.gui.core.analysis.runs import LOST_TIMEOUT_S, runs_of
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.session_data import Columns, SessionData
 
 READINGS_PER_DEVICE: Final[int] = 600
 """The window keeps this many readings per GPU and host (``LiveStore(series_len=...)``); older ones are skipped."""

@@ -1,7 +1,8 @@
 """The live runs of a window session: one ``LiveStore`` per run, the runs table, and each run's lifecycle.
 
 What it owns: the routing of every agent's records to the store of the run its Hello names (so a DDP demo and a
-MirroredStrategy run launched after it never mix), each run's lifecycle state (``gui.core.analysis.runs``'s one
+MirroredStrategy run launched after it never mix), each run's lifecycle state (``ringscope.gui.core.analysis.runs``'s
+one
 rule, fed with the agents' goodbyes, their silence and the launcher's word), and the rows of the window's runs table.
 
 What it must never do: import Qt, raise out of a sink method (they run on the collector thread), or grow without
@@ -20,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from agent.schema import Event, EventKind, Heartbeat, Hello, Step
-from agent.wire import Batch
-from gui.core.analysis.hang import MIN_THRESHOLD_S, HangVerdict, RankPosition, judge_hang
-from gui.core.analysis.runs import (
+from ringscope.agent.schema import Event, EventKind, Heartbeat, Hello, Step
+from ringscope.agent.wire import Batch
+from ringscope.gui.core.analysis.hang import MIN_THRESHOLD_S, HangVerdict, RankPosition, judge_hang
+from ringscope.gui.core.analysis.runs import (
     ENDED_STATES,
     FINISHED,
     HUNG,
@@ -33,9 +34,9 @@ from gui.core.analysis.runs import (
     RunInfo,
     decide_state,
 )
-from gui.core.ingest.sink import Gap, Rejection
-from gui.core.ingest.transit import ClockAligner
-from gui.core.live.store import LiveStore
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+from ringscope.gui.core.ingest.transit import ClockAligner
+from ringscope.gui.core.live.store import LiveStore
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,8 @@ class LiveRuns:
             self._version += 1
 
     def add_recorded(self, info: RunInfo, store: LiveStore, agents: list[Hello]) -> None:
-        """Add a run reopened from a recording (``gui.core.live.replay``): its store filled, its state as recorded."""
+        """Add a run reopened from a recording (``ringscope.gui.core.live.replay``): its store filled, its state as
+        recorded."""
         if not agents:
             return
         with self._lock:

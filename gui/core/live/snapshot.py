@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import GpuSample, GpuStatus, Hello
-from gui.core import phases
-from gui.core.analysis.straggler import judge_window
+from ringscope.agent.schema import GpuSample, GpuStatus, Hello
+from ringscope.gui.core import phases
+from ringscope.gui.core.analysis.straggler import judge_window
 
 PHASES: Final[tuple[str, ...]] = tuple(phase.name for phase in phases.PHASES)
 """The step phases every chart stacks, in this order (other = step - data wait - compute - exposed comm)."""
@@ -38,7 +38,7 @@ def readonly(array: np.ndarray) -> np.ndarray:
 class LiveStraggler:
     """The rank the others wait for *now* (recent per-rank means), and why the heuristic thinks so (one sentence for
     the overview). The whole-session answer, per-step windows with the cause, is
-    ``gui.core.analysis.straggler.Straggler``."""
+    ``ringscope.gui.core.analysis.straggler.Straggler``."""
 
     rank: int
     others_wait_share: float  # how much of a step the other ranks wait in AllReduce beyond this rank
@@ -63,7 +63,7 @@ class GpuSeries:
 
 @dataclass(frozen=True, slots=True)
 class GpuSummary:
-    """Many GPUs at a glance (``gui.core.live.gpu_summary``): the latest utilization and memory per GPU (in
+    """Many GPUs at a glance (``ringscope.gui.core.live.gpu_summary``): the latest utilization and memory per GPU (in
     ``Snapshot.gpus`` order) and the utilization band (5th/50th/95th percentile per 1 s bin, oldest first, 3 x
     ``WINDOW_S``) whose last bin ends at ``end_s`` (Unix s)."""
 

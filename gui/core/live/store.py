@@ -3,10 +3,12 @@
 What it owns: per-rank recent steps, per-rank time-bucketed phase sums (ranks x buckets, for heatmaps and stacked
 columns), per-GPU and per-host series, the ranks-table state (running / lost / finished, last seen, drops, gaps),
 ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in
-``gui.core.analysis.summary``).
+``ringscope.gui.core.analysis.summary``).
 
-The ``Snapshot`` type and the heuristics that build it from the store's copy live in ``gui.core.live.snapshot``
-(re-exported here); the GPU / host rings live in ``gui.core.live.device_series`` (``DeviceSeries``, guarded by this
+The ``Snapshot`` type and the heuristics that build it from the store's copy live in
+``ringscope.gui.core.live.snapshot``
+(re-exported here); the GPU / host rings live in ``ringscope.gui.core.live.device_series`` (``DeviceSeries``, guarded
+by this
 store's lock). Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU /
 host series that received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
 
@@ -28,12 +30,12 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
-from agent.wire import Batch
-from gui.core.ingest.sink import Gap, Rejection
-from gui.core.live import gpu_summary
-from gui.core.live.device_series import DeviceSeries
-from gui.core.live.snapshot import (
+from ringscope.agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
+from ringscope.agent.wire import Batch
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+from ringscope.gui.core.live import gpu_summary
+from ringscope.gui.core.live.device_series import DeviceSeries
+from ringscope.gui.core.live.snapshot import (
     PHASES,
     STATE_FINISHED,
     STATE_LOST,
@@ -47,7 +49,7 @@ from gui.core.live.snapshot import (
     find_live_straggler,
     readonly,
 )
-from gui.core.session_data import Columns, SessionData, empty_columns
+from ringscope.gui.core.session_data import Columns, SessionData, empty_columns
 
 __all__ = ["PHASES", "STATE_FINISHED", "STATE_LOST", "STATE_RUNNING", "GpuSeries", "HostState", "LiveStore",
            "LiveStraggler", "Snapshot", "find_live_straggler"]
@@ -70,7 +72,7 @@ MAX_BUCKET_S: Final[float] = 4096.0
 
 
 class LiveStore:
-    """Bounded live state of a session. Implements ``gui.core.ingest.sink.IngestSink``; thread-safe.
+    """Bounded live state of a session. Implements ``ringscope.gui.core.ingest.sink.IngestSink``; thread-safe.
 
     Args:
         lost_timeout_s: a rank with no message for longer than this is shown as lost.

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.schema import MAX_TEXT_CHARS, Event, EventKind
-from gui.core.analysis.hang import HangVerdict
-from gui.core.analysis.runs import HUNG
-from gui.core.live.runs import LiveRuns
+from ringscope.agent.schema import MAX_TEXT_CHARS, Event, EventKind
+from ringscope.gui.core.analysis.hang import HangVerdict
+from ringscope.gui.core.analysis.runs import HUNG
+from ringscope.gui.core.live.runs import LiveRuns
 
 
 @dataclass(frozen=True, slots=True)

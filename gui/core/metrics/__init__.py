@@ -5,15 +5,15 @@ AllReduce stall, data-loader wait and compute, the straggler, run states, idle s
 GPUs under dcgm-exporter's names. Qt-free, so the headless ``record`` and the window share it.
 """
 
-from gui.core.metrics.collector import LiveRunsCollector, RecorderFigures, select_runs
-from gui.core.metrics.exporter import (
+from ringscope.gui.core.metrics.collector import LiveRunsCollector, RecorderFigures, select_runs
+from ringscope.gui.core.metrics.exporter import (
     DEFAULT_METRICS_BIND,
     SUGGESTED_METRICS_PORT,
     MetricsError,
     MetricsServer,
     is_loopback,
 )
-from gui.core.metrics.families import MetricsLimits
+from ringscope.gui.core.metrics.families import MetricsLimits
 
 __all__ = ["DEFAULT_METRICS_BIND", "SUGGESTED_METRICS_PORT", "LiveRunsCollector", "MetricsError", "MetricsLimits",
            "MetricsServer", "RecorderFigures", "is_loopback", "select_runs"]

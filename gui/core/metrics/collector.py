@@ -2,7 +2,8 @@
 
 What it owns: which runs are exported (``MetricsLimits``), the run-level families (state, idle share and main cause,
 straggler, throughput, cost so far and the cost of waiting), and the ingest counters of the collector and the
-recorder. Per-rank families come from ``gui.core.metrics.ranks``, GPU families from ``gui.core.metrics.gpus``.
+recorder. Per-rank families come from ``ringscope.gui.core.metrics.ranks``, GPU families from
+``ringscope.gui.core.metrics.gpus``.
 
 Nothing is updated on the ingest thread: a scrape asks ``LiveRuns.rows`` and each exported run's ``LiveStore`` for
 a snapshot (the same immutable ``Snapshot`` a window frame draws) and turns it into families, so an idle exporter
@@ -24,14 +25,14 @@ from typing import Final, Protocol
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.analysis.runs import ENDED_STATES, RUN_STATES
-from gui.core.ingest.sink import IngestCounters
-from gui.core.live.runs import LiveRuns, RunRow
-from gui.core.live.snapshot import Snapshot
-from gui.core.metrics.families import Families, MetricsLimits
-from gui.core.metrics.gpus import add_gpu_families
-from gui.core.metrics.ranks import RUN_LABELS, add_rank_families
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.runs import ENDED_STATES, RUN_STATES
+from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.runs import LiveRuns, RunRow
+from ringscope.gui.core.live.snapshot import Snapshot
+from ringscope.gui.core.metrics.families import Families, MetricsLimits
+from ringscope.gui.core.metrics.gpus import add_gpu_families
+from ringscope.gui.core.metrics.ranks import RUN_LABELS, add_rank_families
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ _NO_LABELS: Final[tuple[str, ...]] = ()
 
 
 class RecorderFigures(Protocol):
-    """What the exporter reads of a recorder (``gui.core.ingest.recorder.Recorder`` has it)."""
+    """What the exporter reads of a recorder (``ringscope.gui.core.ingest.recorder.Recorder`` has it)."""
 
     @property
     def rows_written(self) -> int:

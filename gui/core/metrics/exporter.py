@@ -23,10 +23,10 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
-from gui.core.ingest.sink import IngestCounters
-from gui.core.live.runs import LiveRuns
-from gui.core.metrics.collector import LiveRunsCollector, RecorderFigures
-from gui.core.metrics.families import MetricsLimits
+from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.metrics.collector import LiveRunsCollector, RecorderFigures
+from ringscope.gui.core.metrics.families import MetricsLimits
 
 log = logging.getLogger(__name__)
 

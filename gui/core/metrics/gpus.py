@@ -1,7 +1,7 @@
 """GPU families under dcgm-exporter's names, and an explicit statement of GPU absence per host.
 
-What it owns: the mapping from the agents' NVML readings (``agent.schema.GpuSample``) to the DCGM field names and
-labels dcgm-exporter uses (``DCGM_FI_DEV_GPU_UTIL{gpu, UUID, device, modelName, Hostname}``), so dashboards built
+What it owns: the mapping from the agents' NVML readings (``ringscope.agent.schema.GpuSample``) to the DCGM field names
+and labels dcgm-exporter uses (``DCGM_FI_DEV_GPU_UTIL{gpu, UUID, device, modelName, Hostname}``), so dashboards built
 for dcgm-exporter show Ringscope's GPUs and can join them with the per-rank stall on ``Hostname`` / ``gpu``; and
 ``ringscope_gpu_present{host, status}`` (1 or 0) for every host of an exported running run.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from agent.schema import GpuSample, GpuStatus
-from gui.core.live.snapshot import Snapshot
-from gui.core.metrics.families import Families
+from ringscope.agent.schema import GpuSample, GpuStatus
+from ringscope.gui.core.live.snapshot import Snapshot
+from ringscope.gui.core.metrics.families import Families
 
 DCGM_LABELS: Final[tuple[str, ...]] = ("gpu", "UUID", "device", "modelName", "Hostname", "run", "rank")
 """dcgm-exporter's labels, then Ringscope's run and rank (the rank the agent measured the GPU for)."""

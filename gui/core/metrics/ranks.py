@@ -15,8 +15,8 @@ from typing import Final
 
 import numpy as np
 
-from gui.core.live.snapshot import Snapshot
-from gui.core.metrics.families import Families, MetricsLimits
+from ringscope.gui.core.live.snapshot import Snapshot
+from ringscope.gui.core.metrics.families import Families, MetricsLimits
 
 RUN_LABELS: Final[tuple[str, ...]] = ("run", "framework", "strategy")
 RANK_LABELS: Final[tuple[str, ...]] = ("run", "rank", "host", "framework", "strategy")

@@ -2,7 +2,8 @@
 
 This package owns turning a ``SessionData`` into files a user can open offline. Every export takes a progress
 callback and a cancel flag, writes through a temporary file (a cancelled export leaves nothing), and never imports
-Qt (charts use matplotlib's object API). ``export`` is the one entry point the views and commands use.
+Qt (PDF charts use matplotlib's object API, imported only when a PDF is written: HTML, CSV and traces need no
+matplotlib). ``export`` is the one entry point the views and commands use.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from gui.core.report.csv_export import write_csv
-from gui.core.report.html import render_html, write_html
-from gui.core.report.model import Report, build_report
-from gui.core.report.pdf import write_pdf
-from gui.core.report.progress import CancelFlag, ExportCancelled, Progress, ProgressCallback
-from gui.core.report.trace import write_trace
+from ringscope.gui.core.extras import require
+from ringscope.gui.core.report.csv_export import write_csv
+from ringscope.gui.core.report.html import render_html, write_html
+from ringscope.gui.core.report.model import Report, build_report
+from ringscope.gui.core.report.progress import CancelFlag, ExportCancelled, Progress, ProgressCallback
+from ringscope.gui.core.report.trace import write_trace
 
 EXPORT_KINDS: Final[tuple[str, ...]] = ("html", "pdf", "csv", "trace")
 
@@ -51,6 +52,14 @@ def export(report: Report | Sequence[Report], kind: str, path: str | Path, progr
                 target = target.with_name(f"{target.stem}-{_file_part(one.analysis.run_id)}{target.suffix}")
             written.append(write_trace(one.session, target, part))
     return written
+
+
+def write_pdf(report: Report | Sequence[Report], path: str | Path, progress: Progress | None = None) -> Path:
+    """The PDF report (``report.pdf``). Needs matplotlib: raises ``MissingExtraError`` naming the extra without it."""
+    require("pdf", "a PDF report")
+    from ringscope.gui.core.report.pdf import write_pdf as write
+
+    return write(report, path, progress)
 
 
 def _file_part(run_id: str) -> str:

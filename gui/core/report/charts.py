@@ -1,7 +1,8 @@
 """Report charts drawn with matplotlib's object API (``Figure`` + Agg/SVG/PDF canvases), never pyplot, never Qt.
 
 Owns the look of the exported pictures: stacked step-time columns over time, per-rank stacked horizontal bars,
-throughput, per-GPU utilization and the cost split, all in the phase colors of ``gui.core.phases``. Each chart is a
+throughput, per-GPU utilization and the cost split, all in the phase colors of ``ringscope.gui.core.phases``. Each
+chart is a
 ``draw_*`` function onto a given ``Axes``: the PDF lays several out on an A4 page, the comparison puts A and B side
 by side on a shared scale (the HTML report draws its own interactive charts in the browser). Every axis has units,
 every chart a title; a chart that shows only part of the data says so in its title, one without data says "no data".
@@ -16,13 +17,19 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
-from gui.core.analysis.summary import RankSummary, SessionAnalysis
-from gui.core.phases import ALERT_COLOR, COMM_EXPOSED, COMPUTE, DATA_WAIT, NO_DATA_COLOR, OTHER, PHASES, Phase
+from ringscope.gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
+from ringscope.gui.core.analysis.summary import RankSummary, SessionAnalysis
+from ringscope.gui.core.phases import (
+    ALERT_COLOR,
+    CAUSE_COLORS,
+    COMPUTE,
+    NO_DATA_COLOR,
+    PHASES,
+    Phase,
+)
 
 MAX_RANK_BARS: int = 32
 """Beyond this, per-rank bars become noise (UI.md): show the most suspicious ranks and say so."""
-CAUSE_COLORS = {"allreduce_stall": COMM_EXPOSED.color, "data_loader_idle": DATA_WAIT.color, "other": OTHER.color}
 
 
 # ---- Public API: drawing onto an Axes -----------------------------------------------------------------------------

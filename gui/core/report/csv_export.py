@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from agent.schema import FIELD_NAMES
-from gui.core.analysis.summary import phase_seconds
-from gui.core.report.html import give_user_mode
-from gui.core.report.progress import Progress
-from gui.core.session_data import Columns, SessionData
+from ringscope.agent.schema import FIELD_NAMES
+from ringscope.gui.core.analysis.summary import phase_seconds
+from ringscope.gui.core.report.html import give_user_mode
+from ringscope.gui.core.report.progress import Progress
+from ringscope.gui.core.session_data import Columns, SessionData
 
 ROWS_PER_PROGRESS: int = 20_000
 

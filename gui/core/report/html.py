@@ -17,9 +17,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from gui.core.phases import PHASES
-from gui.core.report import interactive
-from gui.core.report.model import (
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.report import interactive
+from ringscope.gui.core.report.model import (
     Report,
     Rows,
     checkpoint_rows,
@@ -30,7 +30,7 @@ from gui.core.report.model import (
     straggler_text,
     verdict,
 )
-from gui.core.report.progress import Progress
+from ringscope.gui.core.report.progress import Progress
 
 SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "network", "gpu", "cost", "checkpoints",
                              "recommendations", "quality")

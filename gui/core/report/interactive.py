@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-import resources
-from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
-from gui.core.analysis.summary import SessionAnalysis
-from gui.core.phases import ALERT_COLOR, COMPUTE, PHASES
-from gui.core.report.charts import CAUSE_COLORS
+from ringscope import resources
+from ringscope.gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
+from ringscope.gui.core.analysis.summary import SessionAnalysis
+from ringscope.gui.core.phases import ALERT_COLOR, CAUSE_COLORS, COMPUTE, PHASES
 
 CHARTING_LIBRARY = "uPlot 1.6.32 (MIT, https://github.com/leeoniya/uPlot)"
 

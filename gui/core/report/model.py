@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.schema import EventKind
-from gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
-from gui.core.analysis.recommendations import Recommendation, recommend
-from gui.core.analysis.summary import SessionAnalysis, analyze
-from gui.core.phases import PHASES
-from gui.core.session_data import SessionData
+from ringscope.agent.schema import EventKind
+from ringscope.gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown, estimate_cost
+from ringscope.gui.core.analysis.recommendations import Recommendation, recommend
+from ringscope.gui.core.analysis.summary import SessionAnalysis, analyze
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.session_data import SessionData
 
 Rows = list[tuple[str, str]]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gui.core.report import charts
-from gui.core.report.html import atomic_target
-from gui.core.report.model import (
+from ringscope.gui.core.report import charts
+from ringscope.gui.core.report.html import atomic_target
+from ringscope.gui.core.report.model import (
     Report,
     checkpoint_rows,
     cost_rows,
@@ -25,8 +25,8 @@ from gui.core.report.model import (
     verdict,
     when_text,
 )
-from gui.core.report.pdf_layout import PAGE_SIZE, PageBook
-from gui.core.report.progress import Progress
+from ringscope.gui.core.report.pdf_layout import PAGE_SIZE, PageBook
+from ringscope.gui.core.report.progress import Progress
 
 __all__ = ["PAGE_SIZE", "write_pdf"]
 

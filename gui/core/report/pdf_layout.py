@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from gui.core.phases import PHASES
+from ringscope.gui.core.phases import PHASES
 
 PAGE_PT: tuple[int, int] = (595, 842)
 """A4 portrait in PostScript points (what every page of every PDF export measures)."""

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from gui.core.analysis.summary import phase_seconds
-from gui.core.phases import PHASES
-from gui.core.report.html import give_user_mode
-from gui.core.report.progress import Progress
-from gui.core.session_data import SessionData
+from ringscope.gui.core.analysis.summary import phase_seconds
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.report.html import give_user_mode
+from ringscope.gui.core.report.progress import Progress
+from ringscope.gui.core.session_data import SessionData
 
 PROCESS_ID: int = 1
 EVENTS_PER_PROGRESS: int = 5_000

@@ -27,18 +27,19 @@ from typing import Any, Final
 
 import numpy as np
 
-from agent.schema import Event
-from gui.core.analysis.hang import HangVerdict
-from gui.core.analysis.runs import LaunchOutcome
-from gui.core.ingest.collector import CollectorError
-from gui.core.ingest.sink import IngestCounters
-from gui.core.live.runs import RunRow
-from gui.core.live.snapshot import Snapshot
-from gui.core.live.store import LiveStore
-from gui.core.live.watch import HangNotice
-from gui.core.service.frames import FrameDecoder, FrameError
-from gui.core.service.server import IngestSetup
-from gui.core.session_data import SessionData
+import ringscope
+from ringscope.agent.schema import Event
+from ringscope.gui.core.analysis.hang import HangVerdict
+from ringscope.gui.core.analysis.runs import LaunchOutcome
+from ringscope.gui.core.ingest.collector import CollectorError
+from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.runs import RunRow
+from ringscope.gui.core.live.snapshot import Snapshot
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.live.watch import HangNotice
+from ringscope.gui.core.service.frames import FrameDecoder, FrameError
+from ringscope.gui.core.service.server import IngestSetup
+from ringscope.gui.core.session_data import SessionData
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class IngestError(RuntimeError):
 
 
 class IngestProcess:
-    """Starts ``python -m gui.core.service.server`` and talks to it over two socket pairs (frames, calls)."""
+    """Starts ``python -m ringscope.gui.core.service.server`` and talks to it over two socket pairs (frames, calls)."""
 
     def __init__(self, setup: IngestSetup) -> None:
         self.setup = setup
@@ -75,10 +76,10 @@ class IngestProcess:
         calls_here, calls_there = socket.socketpair()
         fds = (frames_there.fileno(), calls_there.fileno())
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[3])  # the checkout holding gui/, in case it is not installed
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ringscope.child_pythonpath(), env.get("PYTHONPATH")) if p)
         try:
-            self._process = subprocess.Popen([sys.executable, "-m", "gui.core.service.server", *map(str, fds)],
+            self._process = subprocess.Popen([sys.executable, "-m", "ringscope.gui.core.service.server", *map(str,
+                                                                                                              fds)],
                                              pass_fds=fds, stdin=subprocess.DEVNULL, env=env)
         finally:
             frames_there.close()

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from gui.core.live.snapshot import GpuSeries, HostState, Snapshot, readonly
+from ringscope.gui.core.live.snapshot import GpuSeries, HostState, Snapshot, readonly
 
 __all__ = ["FrameDecoder", "FrameEncoder", "FrameError"]
 

@@ -1,13 +1,13 @@
 """The ingest process: the collector, the live runs, the recorder, the run watcher and the metrics endpoint, in a
-process of their own, serving the window compact frames (``gui.core.service.frames``) over a socket pair.
+process of their own, serving the window compact frames (``ringscope.gui.core.service.frames``) over a socket pair.
 
 Why a process: decoding ~10 000 records a second, updating the stores and building a 1024-rank snapshot cost the
 window's GUI thread most of a core and the GIL; here they run beside it, and the GUI thread only draws. And a crash
 of either side does not take the other down: the window reports a dead ingest process and keeps what it shows; an
 ingest process whose window died keeps recording until its agents go quiet, then closes the file properly.
 
-Started by ``gui.core.service.client.IngestProcess`` as ``python -m gui.core.service.server FRAMES_FD CALLS_FD``.
-Two channels (``multiprocessing.connection.Connection`` over the inherited sockets):
+Started by ``ringscope.gui.core.service.client.IngestProcess`` as ``python -m ringscope.gui.core.service.server
+FRAMES_FD CALLS_FD``. Two channels (``multiprocessing.connection.Connection`` over the inherited sockets):
 
 - frames (the GUI thread's): request ``("frame", run_id, base, want_rows, price)`` -> a reply dict with the
   encoded snapshot of ``run_id`` (None when the run is not held), and, when asked or when new, the runs table rows,
@@ -36,13 +36,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-from agent.keys import CollectorKeys
-from gui.core.ingest.collector import Collector, CollectorError
-from gui.core.ingest.recorder import Recorder
-from gui.core.live.runs import LiveRuns
-from gui.core.live.watch import HangNotice, RunWatcher
-from gui.core.metrics import DEFAULT_METRICS_BIND, MetricsError, MetricsServer
-from gui.core.service.frames import FrameEncoder
+from ringscope.agent.keys import CollectorKeys
+from ringscope.gui.core.ingest.collector import Collector, CollectorError
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.live.watch import HangNotice, RunWatcher
+from ringscope.gui.core.metrics import DEFAULT_METRICS_BIND, MetricsError, MetricsServer
+from ringscope.gui.core.service.frames import FrameEncoder
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ def _safe(read: Callable[[], int]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gui.core.service.server FRAMES_FD CALLS_FD`` (started by the window, not by users)."""
+    """``python -m ringscope.gui.core.service.server FRAMES_FD CALLS_FD`` (started by the window, not by users)."""
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.WARNING, format="ringscope ingest: %(levelname)s %(name)s: %(message)s")
     frames, calls = (Connection(int(fd)) for fd in args[:2])

@@ -12,8 +12,8 @@ row per configuration from the session report's own analysis, scaling efficiency
     report = build_report(load("sweep.db"), outcomes, plan, session_path="sweep.db", wall_s=...)
     write_csv(report, "sweep.csv"); write_html(report, "sweep.html"); write_pdf(report, "sweep.pdf")
 
-Names are imported on first use (as in ``agent.tf_distribute``): ``ringscope --help`` imports the sweep command,
-which must not pay for matplotlib.
+Names are imported on first use (as in ``ringscope.agent.tf_distribute``): ``ringscope --help`` imports the sweep
+command, which must not pay for matplotlib.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import importlib
 from typing import Any
 
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("Advice", "recommend"), "gui.core.sweep.advice"),
+    **dict.fromkeys(("Advice", "recommend"), "ringscope.gui.core.sweep.advice"),
     **dict.fromkeys(("NOT_CHECKED", "Footing", "SweepRow", "check_footing", "sweep_rows", "with_efficiency"),
-                    "gui.core.sweep.analysis"),
-    "write_pdf": "gui.core.sweep.pdf",
+                    "ringscope.gui.core.sweep.analysis"),
+    "write_pdf": "ringscope.gui.core.sweep.pdf",
     **dict.fromkeys(("FRAMEWORKS", "Configuration", "SweepPlan", "parse_comm_delay", "parse_frameworks", "parse_ranks",
                      "problems", "process_plans", "resolve_device", "script_conflicts", "script_problems"),
-                    "gui.core.sweep.plan"),
+                    "ringscope.gui.core.sweep.plan"),
     **dict.fromkeys(("CSV_COLUMNS", "SweepReport", "build_report", "csv_text", "render_html", "write_csv",
-                     "write_html"), "gui.core.sweep.report"),
-    **dict.fromkeys(("RunOutcome", "SweepRunner"), "gui.core.sweep.runner"),
+                     "write_html"), "ringscope.gui.core.sweep.report"),
+    **dict.fromkeys(("RunOutcome", "SweepRunner"), "ringscope.gui.core.sweep.runner"),
 }
 
 
@@ -39,7 +39,7 @@ def __getattr__(name: str) -> Any:
     """Import a public name's module on first use."""
     module_name = _LAZY.get(name)
     if module_name is None:
-        raise AttributeError(f"module 'gui.core.sweep' has no attribute {name!r}")
+        raise AttributeError(f"module 'ringscope.gui.core.sweep' has no attribute {name!r}")
     return getattr(importlib.import_module(module_name), name)
 
 

@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gui.core.analysis.cost import CURRENCY
-from gui.core.sweep.analysis import SweepRow
-from gui.core.sweep.plan import FRAMEWORK_TITLES
+from ringscope.gui.core.analysis.cost import CURRENCY
+from ringscope.gui.core.sweep.analysis import SweepRow
+from ringscope.gui.core.sweep.plan import FRAMEWORK_TITLES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """The sweep's figures: one row per configuration, scaling efficiency, the equal-footing check, the recommendation.
 
-Each row's steady-state figures come from the analysis every session report uses (``gui.core.analysis.summary
+Each row's steady-state figures come from the analysis every session report uses (``ringscope.gui.core.analysis.summary
 .analyze``: warm-up steps excluded) on that configuration's run of the session file, and its price from the cost
-model (``gui.core.analysis.cost``). Scaling efficiency is throughput(N) / (N x throughput(1)) of the same framework,
+model (``ringscope.gui.core.analysis.cost``). Scaling efficiency is throughput(N) / (N x throughput(1)) of the same
+framework,
 in samples/s, or in steps/s of all ranks for a user script whose steps carry no sample count (its batches do not come
 from a DataLoader the agent sees): the unit is named, never mixed. A user script's footing cannot be checked (it
 prints no ``RINGSCOPE_RESULT``): ``check_footing`` says so instead of claiming it. Qt-free and framework-free; a
@@ -18,17 +19,17 @@ from typing import Any, Final
 
 import numpy as np
 
-from gui.core.analysis.cost import estimate_cost
-from gui.core.analysis.summary import analyze, steady_mask
-from gui.core.session_data import SessionData
-from gui.core.sweep.plan import SweepPlan
-from gui.core.sweep.runner import RunOutcome
+from ringscope.gui.core.analysis.cost import estimate_cost
+from ringscope.gui.core.analysis.summary import analyze, steady_mask
+from ringscope.gui.core.session_data import SessionData
+from ringscope.gui.core.sweep.plan import SweepPlan
+from ringscope.gui.core.sweep.runner import RunOutcome
 
 SAMPLES_PRICED: Final[int] = 1000
 """Cost figures are per this many training samples."""
 FOOTING_KEYS: Final[tuple[str, ...]] = ("dataset", "model_width", "model_depth", "parameters", "batch_size_per_rank",
                                         "optimizer", "lr", "seed")
-"""What the trainers' ``footing`` reports (``trainers.common.footing``), compared across configurations."""
+"""What the trainers' ``footing`` reports (``ringscope.trainers.common.footing``), compared across configurations."""
 NOT_CHECKED: Final[str] = "footing not checked: user script (same script and arguments for every configuration)"
 """What the outputs say of a user script's sweep instead of an equal-footing check it could not do."""
 

@@ -1,4 +1,5 @@
-"""``sweep.pdf``: the sweep on A4 pages (``gui.core.report.pdf_layout``), and its charts drawn with matplotlib.
+"""``sweep.pdf``: the sweep on A4 pages (``ringscope.gui.core.report.pdf_layout``), and its charts drawn with
+matplotlib.
 
 Page 1 answers "which framework, on how many ranks?": the recommendation, its evidence, the equal-footing statement,
 throughput against ranks with the ideal linear line and the scaling efficiency. Then the phase shares and the cost
@@ -14,14 +15,21 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gui.core.phases import COMM_EXPOSED, COMPUTE, PHASE_BY_NAME
-from gui.core.report.charts import no_data, side_legend, stacked_share_bars, style_axes
-from gui.core.report.html import atomic_target
-from gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
-from gui.core.sweep.advice import money
-from gui.core.sweep.analysis import SweepRow
-from gui.core.sweep.plan import SweepPlan
-from gui.core.sweep.report import FRAMEWORK_COLORS, IDEAL_DASH, SHARE_PHASES, SweepReport, row_value, throughput_unit
+from ringscope.gui.core.phases import COMM_EXPOSED, COMPUTE, PHASE_BY_NAME
+from ringscope.gui.core.report.charts import no_data, side_legend, stacked_share_bars, style_axes
+from ringscope.gui.core.report.html import atomic_target
+from ringscope.gui.core.report.pdf_layout import LEFT, RIGHT, Column, PageBook
+from ringscope.gui.core.sweep.advice import money
+from ringscope.gui.core.sweep.analysis import SweepRow
+from ringscope.gui.core.sweep.plan import SweepPlan
+from ringscope.gui.core.sweep.report import (
+    FRAMEWORK_COLORS,
+    IDEAL_DASH,
+    SHARE_PHASES,
+    SweepReport,
+    row_value,
+    throughput_unit,
+)
 
 DOCUMENT = "Ringscope scaling sweep"
 

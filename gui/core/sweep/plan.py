@@ -4,8 +4,8 @@ before anything starts.
 
 Owns the sweep's words for frameworks (``ddp``, ``tf-mirrored``, ``tf-multi-worker``), the parsing of the command
 line's lists, ``SweepPlan.configurations`` (the order runs happen in), ``problems`` (every reason to refuse, in
-words) and ``process_plans`` (a configuration as the launcher's processes: ``gui.core.launch`` builds them, the
-sweep only adds the injected all-reduce delay). It never starts a process and never imports Qt or a framework.
+words) and ``process_plans`` (a configuration as the launcher's processes: ``ringscope.gui.core.launch`` builds them,
+the sweep only adds the injected all-reduce delay). It never starts a process and never imports Qt or a framework.
 
 A user script (``SweepPlan.script``) runs as the launch dialog's *My script* with *Instrument automatically* and as
 ``ringscope run`` do (``LaunchSpec(trainer=script, zero_code=True)``): unmodified, under torchrun for ``ddp``, as N
@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from gui.core.launch.options import OptionValue
-from gui.core.launch.plan import ProcessPlan, build_commands
-from gui.core.launch.spec import LaunchKind, LaunchSpec
-from gui.core.launch.validation import validate
+from ringscope.gui.core.launch.options import OptionValue
+from ringscope.gui.core.launch.plan import ProcessPlan, build_commands
+from ringscope.gui.core.launch.spec import LaunchKind, LaunchSpec
+from ringscope.gui.core.launch.validation import validate
 
 FRAMEWORKS: Final[dict[str, LaunchKind]] = {
     "ddp": "ddp",
@@ -166,7 +166,7 @@ def problems(plan: SweepPlan, *, cpu_count: int | None, gpu_count: int) -> list[
 
     Checked here: a user script (``script_problems``), a baseline of 1 rank (scaling efficiency is measured against
     it), ranks per core (CPU) or per GPU, the injected delays, and each configuration as the launcher would check it
-    (``gui.core.launch.validate``: option ranges, the interpreter has torch / tensorflow).
+    (``ringscope.gui.core.launch.validate``: option ranges, the interpreter has torch / tensorflow).
     """
     errors: list[str] = script_problems(plan, gpu_count=gpu_count)
     if 1 not in plan.ranks:
@@ -279,7 +279,8 @@ def launch_spec(plan: SweepPlan, configuration: Configuration, run_id: str | Non
 
 
 def process_plans(plan: SweepPlan, configuration: Configuration, run_id: str, endpoint: str) -> list[ProcessPlan]:
-    """The processes of one configuration (``gui.core.launch.build_commands``), each reporting to ``endpoint`` under
+    """The processes of one configuration (``ringscope.gui.core.launch.build_commands``), each reporting to
+    ``endpoint`` under
     ``run_id``; an injected delay is passed to the trainer as ``--comm-delay-ms`` (not in the launcher's option
     table: it is a test hook of the sweep, not a launch option)."""
     plans = build_commands(launch_spec(plan, configuration, run_id), endpoint)

@@ -1,7 +1,8 @@
 """A sweep started from the window: the form's request, its checks, the command line it runs, and the progress lines
 that command prints.
 
-The window runs ``python -m gui.cli sweep ...`` as a child process (the sweep records into a session of its own) and
+The window runs ``python -m ringscope.gui.cli sweep ...`` as a child process (the sweep records into a session of its
+own) and
 follows it by its output: ``ringscope sweep`` prints one machine-readable line when each configuration starts and
 one when it ends, written and read here so that both sides agree::
 
@@ -10,8 +11,8 @@ one when it ends, written and read here so that both sides agree::
     SWEEP config 4 of 6: tf-mirrored:1 failed: torchrun (pid 812) failed with exit code 1; ...
 
 ``SweepRequest`` is what the dialog's form holds (every option of ``ringscope sweep``, a user script included);
-``request_errors`` checks it with the CLI's own checks (``gui.core.sweep.plan.problems``) plus the output folder's,
-and ``sweep_argv`` is the one place its command line is written. Never imports Qt and never starts a process.
+``request_errors`` checks it with the CLI's own checks (``ringscope.gui.core.sweep.plan.problems``) plus the output
+folder's, and ``sweep_argv`` is the one place its command line is written. Never imports Qt and never starts a process.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from gui.core.launch.plan import PROJECT_ROOT
-from gui.core.sweep.plan import (
+import ringscope
+from ringscope.gui.core.sweep.plan import (
     FRAMEWORKS,
     Configuration,
     SweepPlan,
@@ -39,10 +40,11 @@ from gui.core.sweep.plan import (
 )
 
 if TYPE_CHECKING:
-    from gui.core.sweep.runner import RunOutcome
+    from ringscope.gui.core.sweep.runner import RunOutcome
 
 SESSION_NAME: Final[str] = "sweep.db"
-"""The session file a sweep writes into its folder (``gui.commands.sweep.SESSION_NAME``; a test keeps them equal)."""
+"""The session file a sweep writes into its folder (``ringscope.gui.commands.sweep.SESSION_NAME``; a test keeps them
+equal)."""
 REPORT_NAME: Final[str] = "sweep.html"
 PROGRESS_PREFIX: Final[str] = "SWEEP config "
 EVENTS: Final[tuple[str, ...]] = ("started", "done", "failed", "stopped")
@@ -279,13 +281,13 @@ def script_path(script: str) -> str:
 
 
 def sweep_argv(request: SweepRequest) -> list[str]:
-    """The command that runs ``request``: ``python -m gui.cli sweep ...`` with the interpreter of the trainers, every
-    option written as its ``ringscope sweep`` flag (the one place the window builds it).
+    """The command that runs ``request``: ``python -m ringscope.gui.cli sweep ...`` with the interpreter of the
+    trainers, every option written as its ``ringscope sweep`` flag (the one place the window builds it).
 
     With a script: ``--script`` (absolute) and ``--script-args=TEXT`` (one word, even when TEXT starts with ``-``),
     and none of the reference trainers' options, which the CLI refuses with ``--script``. The price only when given.
     """
-    argv = [request.python, "-m", "gui.cli", "sweep", "--frameworks", ",".join(request.frameworks),
+    argv = [request.python, "-m", "ringscope.gui.cli", "sweep", "--frameworks", ",".join(request.frameworks),
             "--ranks", request.ranks.replace(" ", ""), "--device", request.device,
             "--timeout-per-run", _number(request.timeout_per_run_s), "--out", str(Path(request.out).expanduser())]
     if request.script is not None:
@@ -310,8 +312,8 @@ def _number(value: float) -> str:
 
 def sweep_env() -> dict[str, str]:
     """What the sweep's process adds to the app's environment: unbuffered output (progress arrives as it happens)
-    and this project first on ``PYTHONPATH`` (``gui.cli`` importable whatever the working directory)."""
-    path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    and this project first on ``PYTHONPATH`` (``ringscope.gui.cli`` importable whatever the working directory)."""
+    path = os.pathsep.join(p for p in (ringscope.child_pythonpath(), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
 
 

@@ -3,8 +3,8 @@
 Owns the words every output shares (the subtitle, the notes on how figures were measured) and the page: the
 recommendation with its evidence, the equal-footing statement, throughput against ranks with the ideal linear line
 and the scaling efficiency (the report's embedded uPlot, offline), the phase shares and the cost per 1000 samples of
-each configuration, and every figure in a sortable table. The PDF is ``gui.core.sweep.pdf``. Files are written
-through a temporary file and renamed (``gui.core.report.html``). Never imports Qt.
+each configuration, and every figure in a sortable table. The PDF is ``ringscope.gui.core.sweep.pdf``. Files are written
+through a temporary file and renamed (``ringscope.gui.core.report.html``). Never imports Qt.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from gui.core.analysis.summary import WARMUP_STEPS
-from gui.core.phases import COMM_EXPOSED, COMPUTE, DATA_WAIT, OTHER, PHASE_BY_NAME
-from gui.core.report import interactive
-from gui.core.report.html import STYLE, legend_html, write_text_atomically
-from gui.core.report.model import duration_text, when_text
-from gui.core.session_data import SessionData
-from gui.core.sweep.advice import Advice, money, recommend, title
-from gui.core.sweep.analysis import Footing, SweepRow, check_footing, sweep_rows
-from gui.core.sweep.plan import SweepPlan
-from gui.core.sweep.runner import RunOutcome
+from ringscope.gui.core.analysis.summary import WARMUP_STEPS
+from ringscope.gui.core.phases import COMM_EXPOSED, COMPUTE, DATA_WAIT, OTHER, PHASE_BY_NAME
+from ringscope.gui.core.report import interactive
+from ringscope.gui.core.report.html import STYLE, legend_html, write_text_atomically
+from ringscope.gui.core.report.model import duration_text, when_text
+from ringscope.gui.core.session_data import SessionData
+from ringscope.gui.core.sweep.advice import Advice, money, recommend, title
+from ringscope.gui.core.sweep.analysis import Footing, SweepRow, check_footing, sweep_rows
+from ringscope.gui.core.sweep.plan import SweepPlan
+from ringscope.gui.core.sweep.runner import RunOutcome
 
 CSV_COLUMNS: Final[tuple[str, ...]] = (
     "framework", "ranks", "global_batch", "steps", "samples_per_s", "efficiency", "data_wait_share", "compute_share",

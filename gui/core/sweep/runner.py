@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gui.core.analysis.runs import FAILED, FINISHED, STOPPED
-from gui.core.launch.process import ManagedProcess
-from gui.core.sweep.plan import Configuration, SweepPlan, process_plans
+from ringscope.gui.core.analysis.runs import FAILED, FINISHED, STOPPED
+from ringscope.gui.core.launch.process import ManagedProcess
+from ringscope.gui.core.sweep.plan import Configuration, SweepPlan, process_plans
 
 RESULT_PREFIX: Final[str] = "RINGSCOPE_RESULT "
-"""Start of the line a reference trainer prints at its end (``trainers.common.RESULT_PREFIX``; a test keeps them
-equal: ``gui.core`` does not import the trainers)."""
+"""Start of the line a reference trainer prints at its end (``ringscope.trainers.common.RESULT_PREFIX``; a test keeps
+them equal: ``ringscope.gui.core`` does not import the trainers)."""
 POLL_S: Final[float] = 0.1
 STOP_GRACE_S: Final[float] = 5.0
 SETTLE_QUIET_S: Final[float] = 0.5  # telemetry is complete once nothing arrived for this long after the run ended
@@ -52,7 +52,8 @@ class RunOutcome:
 
     @property
     def state(self) -> str:
-        """How the run ended, in the session's words (``gui.core.analysis.runs``): finished, stopped or failed."""
+        """How the run ended, in the session's words (``ringscope.gui.core.analysis.runs``): finished, stopped or
+        failed."""
         return FINISHED if self.ok else STOPPED if self.interrupted else FAILED
 
     @property

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gui.app import build_window
-from gui.views.qt_preferences import Preferences
+from ringscope.gui.app import build_window
+from ringscope.gui.views.qt_preferences import Preferences
 
 
 def test_cost_panel_fills_from_the_recording_during_a_live_run(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
-import agent
-from agent.heartbeat import COLLECTIVE, COMPUTE
-from gui.app import build_window
-from gui.core.analysis.runs import HUNG
-from gui.core.ingest.session import summarize
-from gui.views.qt_preferences import Preferences
+from ringscope import agent
+from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE
+from ringscope.gui.app import build_window
+from ringscope.gui.core.analysis.runs import HUNG
+from ringscope.gui.core.ingest.session import summarize
+from ringscope.gui.views.qt_preferences import Preferences
 
 
 def _stuck_here(position: agent.heartbeat.Position, release: threading.Event) -> None:

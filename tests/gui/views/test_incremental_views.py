@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from PySide6 import QtCore
 
-from agent import wire
-from agent.schema import Step
-from gui.core.live.gpu_summary import WINDOW_S, bin_series
-from gui.core.live.store import LiveStore
-from gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
-from gui.views.qt_ranks_table import COLUMNS, RanksTableModel
+from ringscope.agent import wire
+from ringscope.agent.schema import Step
+from ringscope.gui.core.live.gpu_summary import WINDOW_S, bin_series
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
+from ringscope.gui.views.qt_ranks_table import COLUMNS, RanksTableModel
 
 T0 = 1_700_000_000.0
 
@@ -60,7 +60,7 @@ def test_heatmap_updated_column_by_column_equals_a_full_redraw(qtbot, metric: st
 
 
 def test_heatmap_marks_host_bands_and_names_hosts_on_its_rank_axis(qtbot) -> None:  # type: ignore[no-untyped-def]
-    from agent.schema import Hello
+    from ringscope.agent.schema import Hello
 
     view = QtRankTimeline("comm_exposed")
     qtbot.addWidget(view)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-import agent
-from gui.app import build_window
-from gui.core.ingest.session import load as load_session
-from gui.core.service.client import IngestError
-from gui.views.qt_preferences import Preferences
+from ringscope import agent
+from ringscope.gui.app import build_window
+from ringscope.gui.core.ingest.session import load as load_session
+from ringscope.gui.core.service.client import IngestError
+from ringscope.gui.views.qt_preferences import Preferences
 
 
 def test_an_aborted_ingest_process_is_reported_and_the_window_keeps_working(qtbot: QtBot, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 from pytestqt.qtbot import QtBot
 
-from gui.core.launch import KINDS, LaunchSpec
-from gui.views.qt_launch_dialog import QtLaunchDialog
+from ringscope.gui.core.launch import KINDS, LaunchSpec
+from ringscope.gui.views.qt_launch_dialog import QtLaunchDialog
 
 
 def make_dialog(qtbot: QtBot, **kwargs: object) -> QtLaunchDialog:
@@ -200,8 +200,8 @@ def test_sweep_values_follow_the_framework_and_the_trainer(qtbot: QtBot, tmp_pat
 
 
 def test_the_sweep_dialog_takes_over_with_the_launch_values(qtbot: QtBot, tmp_path: Path) -> None:
-    from gui.core.sweep.progress import SweepRequest
-    from gui.views.qt_sweep import QtSweepDialog
+    from ringscope.gui.core.sweep.progress import SweepRequest
+    from ringscope.gui.views.qt_sweep import QtSweepDialog
 
     sweep = QtSweepDialog(initial=SweepRequest(("ddp", "tf-mirrored"), "1,2", str(tmp_path / "out")), cpu_count=2,
                           gpu_count=0)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
-from gui.core.launch import LaunchSpec
-from gui.views.qt_launch_dialog import QtLaunchDialog
+from ringscope.gui.core.launch import LaunchSpec
+from ringscope.gui.views.qt_launch_dialog import QtLaunchDialog
 
 
 def test_my_script_is_instrumented_automatically_unless_unchecked(qtbot: QtBot, tmp_path: Path) -> None:

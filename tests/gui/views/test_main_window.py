@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui
 
-from agent import wire
-from agent.schema import GpuStatus, Hello, HostSample, Step
-from gui.core.live.store import STATE_LOST, LiveStore
-from gui.views import theme
-from gui.views.qt_gpu_panel import NO_GPU_TEXT
-from gui.views.qt_main_window import QtMainWindow
-from gui.views.qt_preferences import Preferences
-from gui.views.qt_ranks_table import RanksTableModel
+from ringscope.agent import wire
+from ringscope.agent.schema import GpuStatus, Hello, HostSample, Step
+from ringscope.gui.core.live.store import STATE_LOST, LiveStore
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_gpu_panel import NO_GPU_TEXT
+from ringscope.gui.views.qt_main_window import QtMainWindow
+from ringscope.gui.views.qt_preferences import Preferences
+from ringscope.gui.views.qt_ranks_table import RanksTableModel
 
 
 def _feed(store: LiveStore, ranks: int, steps: int = 12, *, slow: int | None = None) -> None:

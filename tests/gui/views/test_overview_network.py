@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pytestqt.qtbot import QtBot
 
-from gui.core.analysis.summary import analyze
-from gui.core.ingest.transit import BIN_EDGES_S, Transit
-from gui.views.qt_overview import QtOverview
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.ingest.transit import BIN_EDGES_S, Transit
+from ringscope.gui.views.qt_overview import QtOverview
 from tests.gui.core.analysis.test_analysis import make_session
 
 

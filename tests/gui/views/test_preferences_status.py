@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from PySide6 import QtCore
 
-from agent import wire
-from agent.schema import Health, Hello
-from gui.core.ingest.sink import Gap, Rejection
-from gui.core.live.store import LiveStore
-from gui.views.qt_main_window import QtMainWindow
-from gui.views.qt_preferences import Preferences, QtPreferencesDialog, load_preferences, save_preferences
+from ringscope.agent import wire
+from ringscope.agent.schema import Health, Hello
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.views.qt_main_window import QtMainWindow
+from ringscope.gui.views.qt_preferences import Preferences, QtPreferencesDialog, load_preferences, save_preferences
 
 
 @pytest.fixture

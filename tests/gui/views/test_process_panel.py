@@ -10,10 +10,10 @@ import pytest
 from PySide6 import QtCore, QtWidgets
 from pytestqt.qtbot import QtBot
 
-from gui.core.launch import Launcher, LaunchSpec
-from gui.views import theme
-from gui.views.qt_launch_dialog import QtLaunchDialog
-from gui.views.qt_process_panel import RECENT_KEY, QtProcessPanel
+from ringscope.gui.core.launch import Launcher, LaunchSpec
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_launch_dialog import QtLaunchDialog
+from ringscope.gui.views.qt_process_panel import RECENT_KEY, QtProcessPanel
 
 
 @pytest.fixture

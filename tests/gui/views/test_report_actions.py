@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from PySide6 import QtCore, QtWidgets
 
-from agent import wire
-from agent.schema import Hello, Step
-from gui.core.analysis.cost import estimate_cost
-from gui.core.analysis.summary import analyze
-from gui.core.ingest.recorder import Recorder
-from gui.views.qt_cost_panel import QtCostPanel
-from gui.views.qt_report_actions import QtReportExporter, compare_work
+from ringscope.agent import wire
+from ringscope.agent.schema import Hello, Step
+from ringscope.gui.core.analysis.cost import estimate_cost
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.views.qt_cost_panel import QtCostPanel
+from ringscope.gui.views.qt_report_actions import QtReportExporter, compare_work
 from tests.gui.core.analysis.test_analysis import make_session
 
 WAIT_MS = 60_000

@@ -17,19 +17,19 @@ import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 from pytestqt.qtbot import QtBot
 
-from agent import wire
-from agent.schema import Event, EventKind, Hello, Step
-from gui import app as gui_app
-from gui.app import build_viewer
-from gui.cli import _with_command, build_parser
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
-from gui.core.live.runs import LiveRuns
-from gui.views import theme
-from gui.views.qt_main_window import QtMainWindow
-from gui.views.qt_plot_tools import format_seconds
-from gui.views.qt_preferences import Preferences
-from gui.views.qt_time_range import FOLLOW_WINDOW_S, clock_text
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, Hello, Step
+from ringscope.gui import app as gui_app
+from ringscope.gui.app import build_viewer
+from ringscope.gui.cli import _with_command, build_parser
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_main_window import QtMainWindow
+from ringscope.gui.views.qt_plot_tools import format_seconds
+from ringscope.gui.views.qt_preferences import Preferences
+from ringscope.gui.views.qt_time_range import FOLLOW_WINDOW_S, clock_text
 
 WAIT_MS = 30_000
 

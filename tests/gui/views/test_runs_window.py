@@ -12,20 +12,19 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-import agent
-from gui.app import WindowParts, build_window
-from gui.core.analysis.runs import FINISHED, LOST, RUNNING, STOPPED
-from gui.core.ingest.session import load
-from gui.core.launch import LaunchSpec
-from gui.core.live.store import STATE_LOST
-from gui.views import theme
-from gui.views.qt_preferences import Preferences
+from ringscope import agent
+from ringscope.gui.app import WindowParts, build_window
+from ringscope.gui.core.analysis.runs import FINISHED, LOST, RUNNING, STOPPED
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.launch import LaunchSpec
+from ringscope.gui.core.live.store import STATE_LOST
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_preferences import Preferences
 
 WAIT_MS = 20_000
 RANK_SCRIPT = """\
 import os, signal, sys, time
-import agent
-
+from ringscope import agent
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 steps = int(os.environ.get("STEPS", "0"))  # 0: until stopped
 stop = []

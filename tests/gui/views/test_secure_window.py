@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from PySide6 import QtWidgets
 
-import agent
-from agent.keys import ENV_KEY, ENV_KEY_FILE, CollectorKeys
-from gui.app import build_window
-from gui.views.qt_preferences import Preferences
+from ringscope import agent
+from ringscope.agent.keys import ENV_KEY, ENV_KEY_FILE, CollectorKeys
+from ringscope.gui.app import build_window
+from ringscope.gui.views.qt_preferences import Preferences
 
 
 def test_secure_window_end_to_end(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pytestqt.qtbot import QtBot
 
-from gui.core.live.store import LiveStore
-from gui.views.qt_status_bar import QtStatusBar
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.views.qt_status_bar import QtStatusBar
 
 
 def test_write_errors_turn_the_recording_label_red_with_the_reason(qtbot: QtBot) -> None:

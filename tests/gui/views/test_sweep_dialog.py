@@ -13,8 +13,8 @@ import pytest
 from PySide6 import QtCore, QtWidgets
 from pytestqt.qtbot import QtBot
 
-from gui.core.sweep.progress import SESSION_NAME, SweepRequest, default_out_folder
-from gui.views.qt_sweep import QtSweepDialog
+from ringscope.gui.core.sweep.progress import SESSION_NAME, SweepRequest, default_out_folder
+from ringscope.gui.views.qt_sweep import QtSweepDialog
 
 SWEEP_TIMEOUT_MS = 180_000
 MakeDialog = Callable[[SweepRequest], QtSweepDialog]
@@ -131,8 +131,8 @@ def _alive_children(process: psutil.Process) -> list[psutil.Process]:
 
 
 def test_the_window_menu_opens_one_sweep_dialog_whose_session_opens_like_file_open(qtbot: QtBot) -> None:
-    from gui.core.live.store import LiveStore
-    from gui.views.qt_main_window import QtMainWindow
+    from ringscope.gui.core.live.store import LiveStore
+    from ringscope.gui.views.qt_main_window import QtMainWindow
 
     window = QtMainWindow(LiveStore(), endpoint="tcp://127.0.0.1:1")
     qtbot.addWidget(window)
@@ -153,8 +153,8 @@ def test_the_window_menu_opens_one_sweep_dialog_whose_session_opens_like_file_op
 
 
 def _cli_args(argv: list[str]) -> dict[str, object]:
-    """``argv`` (after ``python -m gui.cli``) parsed by the real ``ringscope`` parser."""
-    from gui.cli import build_parser
+    """``argv`` (after ``python -m ringscope.gui.cli``) parsed by the real ``ringscope`` parser."""
+    from ringscope.gui.cli import build_parser
 
     parsed = vars(build_parser().parse_args(argv))
     return {key: value for key, value in parsed.items() if not key.startswith("_")}  # not the parser itself
@@ -165,7 +165,7 @@ def test_every_option_reaches_the_command_as_the_cli_parses_its_flag(make_dialog
     out = str(tmp_path / "out")
     dialog = make_dialog(SweepRequest(("ddp",), "1,2", out))
     base = ["sweep", "--frameworks", "ddp", "--ranks", "1,2", "--out", out]
-    assert dialog.command()[:4] == [sys.executable, "-m", "gui.cli", "sweep"]
+    assert dialog.command()[:4] == [sys.executable, "-m", "ringscope.gui.cli", "sweep"]
     assert _cli_args(dialog.command()[3:]) == _cli_args(base)  # untouched: the CLI's own defaults, no price
 
     dialog.depth_spin.setValue(5)
@@ -239,9 +239,9 @@ def _reference_fields(dialog: QtSweepDialog) -> list[QtWidgets.QWidget]:
 
 
 def test_my_script_runs_the_command_the_cli_is_typed_with(make_dialog: MakeDialog, tmp_path: Path) -> None:
-    from gui.cli import build_parser
-    from gui.commands.sweep import GIVEN
-    from gui.core.sweep.plan import script_conflicts
+    from ringscope.gui.cli import build_parser
+    from ringscope.gui.commands.sweep import GIVEN
+    from ringscope.gui.core.sweep.plan import script_conflicts
 
     out, script = str(tmp_path / "out"), _script(tmp_path)
     dialog = make_dialog(SweepRequest(("ddp",), "1,2", out))
@@ -258,7 +258,7 @@ def test_my_script_runs_the_command_the_cli_is_typed_with(make_dialog: MakeDialo
                         "--script-args '--epochs 1 --name \"two words\"' --price-per-gpu-hour 2.5 "
                         "--timeout-per-run 600")
     command = dialog.command()
-    assert command[:4] == [sys.executable, "-m", "gui.cli", "sweep"]
+    assert command[:4] == [sys.executable, "-m", "ringscope.gui.cli", "sweep"]
     assert _cli_args(command[3:]) == _cli_args(typed)
     assert _cli_args(command[3:])["script_args"] == ("--epochs", "1", "--name", "two words")
     # none of the options the CLI refuses with --script: no reference trainer option, no injected delay
@@ -309,8 +309,8 @@ def test_my_script_disables_the_reference_trainers_fields_and_says_why(make_dial
 
 def test_my_script_is_refused_as_the_cli_refuses_it(make_dialog: MakeDialog, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from gui.cli import build_parser
-    from gui.commands import sweep as cli
+    from ringscope.gui.cli import build_parser
+    from ringscope.gui.commands import sweep as cli
 
     dialog = make_dialog(SweepRequest(("ddp",), "1", str(tmp_path / "out"), device="cpu"))
     dialog.script_radio.setChecked(True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from PySide6 import QtCore, QtWidgets
 from pytestqt.qtbot import QtBot
 
-from gui.core.launch import Launcher
-from gui.core.live.store import LiveStore
-from gui.views.qt_launch_dialog import QtLaunchDialog
-from gui.views.qt_main_window import QtMainWindow
+from ringscope.gui.core.launch import Launcher
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.views.qt_launch_dialog import QtLaunchDialog
+from ringscope.gui.views.qt_main_window import QtMainWindow
 
 
 def test_sweep_from_the_launch_dialog_opens_the_sweep_dialog_filled_from_its_form(qtbot: QtBot) -> None:

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from gui.cli import build_parser
+from ringscope.gui.cli import build_parser
 
 _SCRIPT = """
 import sys
@@ -23,7 +23,7 @@ def look_and_quit():
     print("windows", len(shown), flush=True)
     app.quit()
 QtCore.QTimer.singleShot(2500, look_and_quit)
-from gui.cli import main
+from ringscope.gui.cli import main
 sys.exit(main(["window", "--bind", "tcp://127.0.0.1:0", "--simulate", "2"]))
 """
 
@@ -48,11 +48,12 @@ def test_sigterm_closes_the_window_cleanly_and_the_recording_is_complete(tmp_pat
     import signal
     import time
 
-    from gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session import load
 
     session = tmp_path / "s.db"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([sys.executable, "-m", "gui.cli", "window", "--bind", "tcp://127.0.0.1:0", "--record",
+    proc = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "window", "--bind", "tcp://127.0.0.1:0",
+                             "--record",
                              str(session), "--simulate", "2"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -72,7 +73,8 @@ def test_sigterm_closes_the_window_cleanly_and_the_recording_is_complete(tmp_pat
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, output[-2000:]
-    info = subprocess.run([sys.executable, "-m", "gui.cli", "info", str(session)], capture_output=True, text=True,
+    info = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(session)], capture_output=True,
+                          text=True,
                           timeout=60)
     summary = json.loads(info.stdout)
     assert summary["complete"] is True, summary
@@ -81,7 +83,7 @@ def test_sigterm_closes_the_window_cleanly_and_the_recording_is_complete(tmp_pat
 
 def test_without_a_display_the_window_command_says_what_to_do() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
-    done = subprocess.run([sys.executable, "-m", "gui.cli", "window", "--bind", "tcp://127.0.0.1:0"], env=env,
+    done = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "window", "--bind", "tcp://127.0.0.1:0"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "no display" in done.stderr and "xvfb-run" in done.stderr and "ringscope record" in done.stderr

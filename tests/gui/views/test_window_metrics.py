@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from gui.app import build_window
-from gui.views.qt_preferences import Preferences
+from ringscope.gui.app import build_window
+from ringscope.gui.views.qt_preferences import Preferences
 
 
 def _free_port() -> int:

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from agent.torch_ddp import instrument
+from ringscope.agent.torch_ddp import instrument
 
 
 def block_forever() -> None:

@@ -3,7 +3,7 @@ DistributedSampler, CPU/gloo) timing its own iterations; rank 0 prints ``MEDIAN_
 (the median wall time of an iteration, and the process's CPU time over the measured iterations, all threads, per
 iteration: the steadier figure when the machine is shared).
 
-``--manual`` instruments it by hand (``agent.torch_ddp.instrument``); without it the script imports nothing of
+``--manual`` instruments it by hand (``ringscope.agent.torch_ddp.instrument``); without it the script imports nothing of
 Ringscope, so under ``ringscope run`` it is the zero-code path and under plain torchrun the uninstrumented floor.
 Used by ``zero_code_overhead.py``.
 """
@@ -37,7 +37,7 @@ def main() -> None:
     loader: Iterable[Any] = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
     probe = None
     if args.manual:
-        from agent.torch_ddp import instrument
+        from ringscope.agent.torch_ddp import instrument
 
         probe = instrument(ddp, loader)
         loader = probe.loader or loader

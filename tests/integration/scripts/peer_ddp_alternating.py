@@ -25,8 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-import agent.inject.torch_patch as zero_code
-from agent.torch_ddp import instrument
+import ringscope.agent.inject.torch_patch as zero_code
+from ringscope.agent.torch_ddp import instrument
 
 
 def main() -> None:

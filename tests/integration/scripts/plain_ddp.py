@@ -3,7 +3,7 @@
 MLP on random data, DistributedSampler, DataLoader, SGD, gloo. Known delays for the measurement tests:
 ``--data-delay-ms`` sleeps in the loader's collate function once per batch, ``--slow-rank R --slow-ms M`` sleeps
 in rank R's compute (between forward and backward). ``--manual`` instruments the same loop by hand with
-``agent.torch_ddp.instrument`` (the reference the zero-code figures are compared with). Rank 0 prints one line
+``ringscope.agent.torch_ddp.instrument`` (the reference the zero-code figures are compared with). Rank 0 prints one line
 ``RESULT <checksum of the final weights> <steps>``; ``--exit-code N`` ends with that code after printing.
 """
 
@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--data-delay-ms", type=float, default=0.0)
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-ms", type=float, default=0.0)
-    parser.add_argument("--manual", action="store_true", help="instrument by hand with agent.torch_ddp")
+    parser.add_argument("--manual", action="store_true", help="instrument by hand with ringscope.agent.torch_ddp")
     parser.add_argument("--exit-code", type=int, default=0)
     args = parser.parse_args()
 
@@ -73,7 +73,7 @@ def main() -> int:
                                 collate_fn=SlowCollate(args.data_delay_ms / 1000))
     probe = None
     if args.manual:
-        from agent.torch_ddp import instrument
+        from ringscope.agent.torch_ddp import instrument
 
         probe = instrument(ddp, loader)
         loader = probe.loader or loader

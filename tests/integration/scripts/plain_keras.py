@@ -47,7 +47,7 @@ def main() -> int:
     callbacks = []
     telemetry = None
     if args.manual_callback:
-        from agent.tf_distribute import RingscopeCallback, start_agent
+        from ringscope.agent.tf_distribute import RingscopeCallback, start_agent
 
         telemetry = start_agent(strategy)
         callbacks.append(RingscopeCallback(telemetry, global_batch_size=GLOBAL_BATCH))

@@ -54,7 +54,7 @@ def run(variant: str, endpoint: str, steps: int) -> tuple[float, float]:
     if variant == "manual":
         argv = [*torchrun, "--manual"]
     elif variant == "zero-code":
-        argv = [sys.executable, "-m", "gui.cli", "run", "--endpoint", endpoint, "--", *torchrun]
+        argv = [sys.executable, "-m", "ringscope.gui.cli", "run", "--endpoint", endpoint, "--", *torchrun]
     else:
         argv = torchrun
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True)
@@ -67,7 +67,8 @@ def alternating(endpoint: str, rounds: int) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    argv = [sys.executable, "-m", "gui.cli", "run", "--endpoint", endpoint, "--run-id", "overhead-alternating", "--",
+    argv = [sys.executable, "-m", "ringscope.gui.cli", "run", "--endpoint", endpoint, "--run-id",
+            "overhead-alternating", "--",
             sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
             str(HERE / "peer_ddp_alternating.py"), "--rounds", str(rounds)]
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -12,10 +12,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
-from gui.core.analysis.straggler import sign_test_p
-from gui.core.analysis.summary import analyze, steady_mask
-from gui.core.session_data import SessionData, columns_from_rows
+from ringscope.agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
+from ringscope.gui.core.analysis.straggler import sign_test_p
+from ringscope.gui.core.analysis.summary import analyze, steady_mask
+from ringscope.gui.core.session_data import SessionData, columns_from_rows
 
 DATA_S = 0.004
 COMPUTE_S = 0.050
@@ -230,7 +230,7 @@ def test_first_batch_not_sent_counts_as_not_first() -> None:
 
 
 def test_per_rank_summaries_in_one_pass_equal_the_per_rank_masks() -> None:
-    from gui.core.analysis.summary import _breakdown, _rank_summaries, _throughput, phase_seconds, steady_mask
+    from ringscope.gui.core.analysis.summary import _breakdown, _rank_summaries, _throughput, phase_seconds, steady_mask
 
     session = make_session(ranks=4, straggler=2, extra_compute_s=0.02)
     steps = {name: column.copy() for name, column in session.steps.items()}

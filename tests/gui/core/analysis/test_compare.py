@@ -10,8 +10,8 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from gui.core.analysis.compare import compare, write_compare_html, write_compare_pdf
-from gui.core.report import build_report
+from ringscope.gui.core.analysis.compare import compare, write_compare_html, write_compare_pdf
+from ringscope.gui.core.report import build_report
 from tests.gui.core.analysis.test_analysis import make_session
 
 
@@ -92,8 +92,8 @@ def test_a_and_b_are_labelled_on_every_chart_and_the_table_has_units(comparison,
 
 
 def test_an_empty_session_says_no_data_and_names_no_winner(comparison, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from gui.core.ingest.recorder import Recorder
-    from gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.recorder import Recorder
+    from ringscope.gui.core.ingest.session import load
 
     empty_file = tmp_path / "empty.db"
     Recorder(empty_file).start().close()  # a collector that recorded nothing

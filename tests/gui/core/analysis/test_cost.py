@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR, estimate_cost, resolve_price, waste_by_rank
-from gui.core.analysis.recommendations import THRESHOLDS, recommend
-from gui.core.analysis.summary import analyze
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR, estimate_cost, resolve_price, waste_by_rank
+from ringscope.gui.core.analysis.recommendations import THRESHOLDS, recommend
+from ringscope.gui.core.analysis.summary import analyze
 from tests.gui.core.analysis.test_analysis import ALLREDUCE_S, DATA_S, FIRST_BATCH_WAIT_S, OTHER_S, make_session
 
 

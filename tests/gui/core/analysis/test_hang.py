@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gui.core.analysis.hang import RankPosition, hang_threshold_s, judge_hang
+from ringscope.gui.core.analysis.hang import RankPosition, hang_threshold_s, judge_hang
 
 T0 = 1_700_000_000.0
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gui.core.analysis.cost import estimate_cost
-from gui.core.analysis.recommendations import recommend
-from gui.core.analysis.summary import analyze
-from gui.core.session_data import SessionData
+from ringscope.gui.core.analysis.cost import estimate_cost
+from ringscope.gui.core.analysis.recommendations import recommend
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.session_data import SessionData
 from tests.gui.core.analysis.test_analysis import make_session
 
 

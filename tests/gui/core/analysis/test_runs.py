@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import wire
-from agent.schema import Event, EventKind, Hello, Step
-from gui.core.analysis.cost import estimate_cost
-from gui.core.analysis.runs import (
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, Hello, Step
+from ringscope.gui.core.analysis.cost import estimate_cost
+from ringscope.gui.core.analysis.runs import (
     FAILED,
     FINISHED,
     LOST,
@@ -23,9 +23,9 @@ from gui.core.analysis.runs import (
     pick_run,
     runs_of,
 )
-from gui.core.analysis.summary import analyze
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load, summarize
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load, summarize
 
 T0 = 1_700_000_000.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gui.core.analysis.summary import analyze
+from ringscope.gui.core.analysis.summary import analyze
 from tests.gui.core.analysis.test_analysis import SAMPLES, make_session
 
 

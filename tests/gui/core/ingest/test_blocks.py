@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent import wire
-from agent.schema import Hello, Step
-from gui.core.ingest import blocks
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
-from gui.core.session_data import Columns, distinct
+from ringscope.agent import wire
+from ringscope.agent.schema import Hello, Step
+from ringscope.gui.core.ingest import blocks
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.session_data import Columns, distinct
 
 
 def _hello(agent_id: str, rank: int) -> Hello:

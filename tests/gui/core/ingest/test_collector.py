@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 import msgpack
 import pytest
 
-from agent import wire
-from agent.schema import SCHEMA_VERSION, Step
-from gui.core.ingest.collector import Collector, CollectorError
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
-from gui.core.ingest.sink import Gap, Rejection
+from ringscope.agent import wire
+from ringscope.agent.schema import SCHEMA_VERSION, Step
+from ringscope.gui.core.ingest.collector import Collector, CollectorError
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.sink import Gap, Rejection
 
 AGENT_SCRIPT = """
 import sys, agent
@@ -180,7 +180,7 @@ def test_open_file_limit_is_raised_and_a_low_hard_limit_is_reported() -> None:
     code = (
         "import logging, resource\n"
         "logging.basicConfig(level=logging.WARNING)\n"
-        "from gui.core.ingest.collector import raise_open_file_limit\n"
+        "from ringscope.gui.core.ingest.collector import raise_open_file_limit\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
         "print(raise_open_file_limit(4096), flush=True)\n"

@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from agent import wire
-from agent.schema import Step
-from gui.core.ingest.collector import MAX_FRAME_BYTES, Collector, is_local_endpoint
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import summarize
-from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
+from ringscope.agent import wire
+from ringscope.agent.schema import Step
+from ringscope.gui.core.ingest.collector import MAX_FRAME_BYTES, Collector, is_local_endpoint
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import summarize
+from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 from tests.agent import hostile
 
 
@@ -139,7 +139,7 @@ def test_a_frame_beyond_zeromqs_limit_costs_that_connection_only(push) -> None:
 
 
 def test_a_plaintext_bind_beyond_loopback_warns_once(caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="gui.core.ingest.collector"):
+    with caplog.at_level(logging.WARNING, logger="ringscope.gui.core.ingest.collector"):
         Collector("tcp://127.0.0.1:0").start().close()
         assert not [r for r in caplog.records if "anyone" in r.getMessage()]
         Collector("tcp://0.0.0.0:0").start().close()

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-import agent
-from agent.keys import ENV_KEY, ENV_KEY_FILE, AccessKeyError, AgentKeys, CollectorKeys, agent_keys_from_env
-from gui.core.ingest.access import collector_keys, write_agent_token
-from gui.core.ingest.collector import Collector
-from gui.core.launch import Launcher
-from gui.core.launch.plan import build_commands
-from gui.core.launch.spec import LaunchSpec
+from ringscope import agent
+from ringscope.agent.keys import ENV_KEY, ENV_KEY_FILE, AccessKeyError, AgentKeys, CollectorKeys, agent_keys_from_env
+from ringscope.gui.core.ingest.access import collector_keys, write_agent_token
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.launch import Launcher
+from ringscope.gui.core.launch.plan import build_commands
+from ringscope.gui.core.launch.spec import LaunchSpec
 from tests.gui.core.ingest.test_collector import ListSink, wait_for
 
 
@@ -63,7 +63,7 @@ def test_only_agents_with_the_token_get_in_and_the_others_are_counted(secure, mo
 
 def test_a_bad_token_turns_telemetry_off_with_a_clear_error_and_never_plaintext(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(ENV_KEY, "rsk1_too_short_keys")
-    with caplog.at_level(logging.ERROR, logger="agent.runtime"):
+    with caplog.at_level(logging.ERROR, logger="ringscope.agent.runtime"):
         telemetry = agent.start(framework="other", strategy="ddp", endpoint="tcp://127.0.0.1:1", run_id="x",
                                 sample_devices=False)
     assert telemetry.enabled is False
@@ -116,11 +116,12 @@ def test_launched_trainings_get_the_token(tmp_path: Path) -> None:
 
 def test_keys_command_prints_a_token_agents_accept(tmp_path: Path) -> None:
     key_file = tmp_path / "keys.json"
-    out = subprocess.run([sys.executable, "-m", "gui.cli", "keys", "--key-file", str(key_file)],
+    out = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "keys", "--key-file", str(key_file)],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     token = out.strip().splitlines()[-1]
     assert AgentKeys.from_token(token) == collector_keys(key_file).agent_keys
-    exported = subprocess.run([sys.executable, "-m", "gui.cli", "keys", "--key-file", str(key_file), "--export"],
+    exported = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "keys", "--key-file", str(key_file),
+                               "--export"],
                               capture_output=True, text=True, timeout=60, check=True).stdout
     assert exported.strip() == f"export {ENV_KEY}={shlex.quote(token)}"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import wire
-from agent.schema import FIELDS, Event, Hello, Step, schema_version_str
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.sink import Gap, Rejection
+from ringscope.agent import wire
+from ringscope.agent.schema import FIELDS, Event, Hello, Step, schema_version_str
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.sink import Gap, Rejection
 
 
 def _hello(agent_id: str) -> Hello:

@@ -8,12 +8,12 @@ import sqlite3
 import time
 from pathlib import Path
 
-from agent import wire
-from agent.schema import Step
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load, summarize
-from gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
-from gui.core.report.model import ingest_quality_rows
+from ringscope.agent import wire
+from ringscope.agent.schema import Step
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load, summarize
+from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
+from ringscope.gui.core.report.model import ingest_quality_rows
 from tests.agent import hostile
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent import wire
-from agent.schema import SCHEMA_VERSION, Event, Health, Hello, Step
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import SessionFileError, load, summarize
-from gui.core.ingest.sink import Gap, Rejection
+from ringscope.agent import wire
+from ringscope.agent.schema import SCHEMA_VERSION, Event, Health, Hello, Step
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import SessionFileError, load, summarize
+from ringscope.gui.core.ingest.sink import Gap, Rejection
 
 
 def _hello(agent_id: str, rank: int) -> Hello:

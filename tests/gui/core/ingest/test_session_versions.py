@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import wire
-from agent.schema import Heartbeat, Hello
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import SessionFileError, load
+from ringscope.agent import wire
+from ringscope.agent.schema import Heartbeat, Hello
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import SessionFileError, load
 
 
 def _file(path: Path) -> None:
@@ -49,8 +49,8 @@ def test_a_file_of_schema_1_1_has_no_heartbeat_table_and_still_opens(tmp_path: P
 def test_columns_read_in_bulk_equal_the_careful_path_and_text_in_a_number_column_falls_back(tmp_path: Path) -> None:
     import numpy as np
 
-    from agent.schema import Step
-    from gui.core.ingest import session
+    from ringscope.agent.schema import Step
+    from ringscope.gui.core.ingest import session
 
     path = tmp_path / "s.db"
     recorder = Recorder(path).start()

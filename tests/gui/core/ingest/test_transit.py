@@ -1,4 +1,4 @@
-"""Queueing delay of each agent's messages (``gui.core.ingest.transit``), whatever the hosts' clocks say."""
+"""Queueing delay of each agent's messages (``ringscope.gui.core.ingest.transit``), whatever the hosts' clocks say."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gui.core.ingest import transit
+from ringscope.gui.core.ingest import transit
 
 
 def test_queueing_delay_is_measured_above_the_smallest_transit_so_clock_offsets_cancel() -> None:
@@ -46,10 +46,10 @@ def test_the_table_round_trips_through_sqlite_and_damaged_rows_cost_only_themsel
 
 
 def test_a_session_from_a_host_whose_clock_is_off_loads_on_the_collectors_clock(tmp_path: Path) -> None:
-    from agent import wire
-    from agent.schema import Step
-    from gui.core.ingest.recorder import Recorder
-    from gui.core.ingest.session import load
+    from ringscope.agent import wire
+    from ringscope.agent.schema import Step
+    from ringscope.gui.core.ingest.recorder import Recorder
+    from ringscope.gui.core.ingest.session import load
 
     path = tmp_path / "skew.db"
     recorder = Recorder(path).start()

@@ -1,5 +1,5 @@
-"""The launcher's zero-code option: a user's script is started with the injection environment of ``agent.inject``
-(the same code ``ringscope run`` uses), reference trainers and opted-out scripts are not."""
+"""The launcher's zero-code option: a user's script is started with the injection environment of
+``ringscope.agent.inject`` (the same code ``ringscope run`` uses), reference trainers and opted-out scripts are not."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.inject import STARTUP_DIR
-from gui.core.launch import KINDS, Launcher, LaunchSpec, build_commands
+from ringscope.agent.inject import STARTUP_DIR
+from ringscope.gui.core.launch import KINDS, Launcher, LaunchSpec, build_commands
 
 ENDPOINT = "tcp://127.0.0.1:5757"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gui.core.launch import (
+from ringscope.gui.core.launch import (
     OPTIONS,
     Launcher,
     LaunchError,
@@ -201,14 +201,14 @@ def test_ddp_plan_runs_torchrun_of_this_interpreter_with_options() -> None:
                       run_id="r1", env={"EXTRA": "1"})
     (plan,) = build_commands(spec, ENDPOINT)
     assert plan.argv[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
-    assert plan.argv[6:] == ["-m", "trainers.ddp_trainer", "--steps", "40", "--amp"]
+    assert plan.argv[6:] == ["-m", "ringscope.trainers.ddp_trainer", "--steps", "40", "--amp"]
     assert plan.env["RINGSCOPE_ENDPOINT"] == ENDPOINT and plan.env["RINGSCOPE_RUN_ID"] == "r1"
     assert plan.env["PYTHONUNBUFFERED"] == "1" and plan.env["EXTRA"] == "1"
 
 
 def test_tf_mirrored_plan_is_one_process_with_devices() -> None:
     (plan,) = build_commands(LaunchSpec(kind="tf_mirrored", processes=4, options={"fit": True}), ENDPOINT)
-    assert plan.argv[1:] == ["-m", "trainers.tf_trainer", "--fit", "--strategy", "mirrored", "--devices", "4"]
+    assert plan.argv[1:] == ["-m", "ringscope.trainers.tf_trainer", "--fit", "--strategy", "mirrored", "--devices", "4"]
 
 
 def test_mwms_plan_has_distinct_free_ports_and_one_tf_config_per_worker() -> None:
@@ -247,7 +247,7 @@ def test_demo_spec_is_a_two_rank_ddp_with_a_straggler_and_checkpoints() -> None:
     for made in (spec, gpu_spec):
         shutil.rmtree(str(made.options["checkpoint-dir"]))
     errors = validate(spec)
-    assert errors in ([], ["reference trainer trainers.ddp_trainer is not installed with this app; "
+    assert errors in ([], ["reference trainer ringscope.trainers.ddp_trainer is not installed with this app; "
                            "choose your own script"])
 
 
@@ -371,7 +371,7 @@ class StepSink:
         self.run_ids: set[str] = set()
 
     def on_batch(self, batch: object, recv_s: float) -> None:
-        from agent.schema import Hello, Step
+        from ringscope.agent.schema import Hello, Step
 
         for record in batch.records:  # type: ignore[attr-defined]
             if isinstance(record, Step):
@@ -388,7 +388,7 @@ class StepSink:
 
 @pytest.mark.slow
 def test_real_ddp_reference_trainer_reports_steps_to_a_real_collector(tmp_path: Path) -> None:
-    from gui.core.ingest.collector import Collector
+    from ringscope.gui.core.ingest.collector import Collector
 
     sink = StepSink()
     collector = Collector("tcp://127.0.0.1:0", sinks=[sink]).start()
@@ -416,7 +416,7 @@ def test_real_ddp_reference_trainer_reports_steps_to_a_real_collector(tmp_path: 
 
 
 def test_demo_command_refuses_a_busy_collector_port(capsys: pytest.CaptureFixture[str]) -> None:
-    from gui.cli import main
+    from ringscope.gui.cli import main
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gui.core.launch import LaunchSpec, build_commands, validate
-from gui.core.launch.remote import STOP_CODE, check_host, host_port, remote_shell_command, remote_stop_plans
+from ringscope.gui.core.launch import LaunchSpec, build_commands, validate
+from ringscope.gui.core.launch.remote import STOP_CODE, check_host, host_port, remote_shell_command, remote_stop_plans
 
 ENDPOINT = "tcp://10.0.0.1:5757"
 HOSTS = ("node-0", "node-1")
@@ -110,7 +110,7 @@ def test_ddp_gives_one_ssh_client_per_host_running_torchrun_with_a_c10d_rendezvo
         assert torchrun[:13] == [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
                                  "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node-0:29400", "--rdzv-id",
                                  "run-7"]
-        assert torchrun[-4:] == ["-m", "trainers.ddp_trainer", "--steps", "5"]
+        assert torchrun[-4:] == ["-m", "ringscope.trainers.ddp_trainer", "--steps", "5"]
 
 
 def test_tf_multi_worker_lists_every_host_in_tf_config_with_the_host_position_as_task_index() -> None:
@@ -190,7 +190,7 @@ def test_the_stop_code_ends_the_runs_processes_of_one_host_only_and_forces_what_
 def test_the_collector_is_given_to_other_hosts_by_this_machines_name_when_it_listens_everywhere() -> None:
     import socket
 
-    from gui.core.launch import remote_endpoint
+    from ringscope.gui.core.launch import remote_endpoint
 
     assert remote_endpoint("tcp://0.0.0.0:5757") == f"tcp://{socket.getfqdn()}:5757"
     assert remote_endpoint("tcp://*:6000") == f"tcp://{socket.getfqdn()}:6000"

@@ -13,11 +13,11 @@ import time
 import numpy as np
 import pytest
 
-from agent import wire
-from agent.schema import GpuSample, GpuStatus, HostSample
-from gui.core.live.device_series import DeviceSeries
-from gui.core.live.store import LiveStore
-from gui.core.session_data import empty_columns
+from ringscope.agent import wire
+from ringscope.agent.schema import GpuSample, GpuStatus, HostSample
+from ringscope.gui.core.live.device_series import DeviceSeries
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.session_data import empty_columns
 
 T0 = 1_700_000_000.0
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.schema import GpuSample
-from gui.core.live import gpu_summary
-from gui.core.live.store import LiveStore
+from ringscope.agent.schema import GpuSample
+from ringscope.gui.core.live import gpu_summary
+from ringscope.gui.core.live.store import LiveStore
 from tests.gui.core.live.test_store import T0, batch
 
 

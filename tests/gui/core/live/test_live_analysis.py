@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.simulate import run_cluster
-from gui.core.ingest.collector import Collector
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load
-from gui.core.live.live_analysis import LiveAnalyzer
-from gui.core.live.store import LiveStore
+from ringscope.agent.simulate import run_cluster
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.live.live_analysis import LiveAnalyzer
+from ringscope.gui.core.live.store import LiveStore
 
 
 @pytest.fixture

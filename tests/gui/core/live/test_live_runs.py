@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from agent import wire
-from agent.schema import Event, EventKind, Hello, Step
-from agent.wire import Batch
-from gui.core.analysis.runs import FINISHED, LOST, RUNNING, STOPPED, LaunchOutcome
-from gui.core.ingest.sink import Gap, Rejection
-from gui.core.live.runs import PENDING_PER_AGENT, LiveRuns
-from gui.core.live.snapshot import STATE_FINISHED, STATE_LOST, STATE_STOPPED
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, Hello, Step
+from ringscope.agent.wire import Batch
+from ringscope.gui.core.analysis.runs import FINISHED, LOST, RUNNING, STOPPED, LaunchOutcome
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+from ringscope.gui.core.live.runs import PENDING_PER_AGENT, LiveRuns
+from ringscope.gui.core.live.snapshot import STATE_FINISHED, STATE_LOST, STATE_STOPPED
 
 T0 = 1_700_000_000.0
 
@@ -150,8 +150,8 @@ def test_old_ended_runs_are_released_but_keep_their_row() -> None:
 
 
 def test_a_run_whose_ranks_stop_completing_steps_is_hung_and_names_the_rank_outside_the_collective() -> None:
-    from agent.schema import Heartbeat
-    from gui.core.analysis.runs import HUNG
+    from ringscope.agent.schema import Heartbeat
+    from ringscope.gui.core.analysis.runs import HUNG
 
     runs = LiveRuns(lost_timeout_s=3.0)
     end = feed(runs, "run", ["a0", "a1"], 50, T0)
@@ -174,7 +174,7 @@ def test_a_run_whose_ranks_stop_completing_steps_is_hung_and_names_the_rank_outs
 
 
 def test_sigkill_of_a_rank_is_lost_not_hung() -> None:
-    from agent.schema import Heartbeat
+    from ringscope.agent.schema import Heartbeat
 
     runs = LiveRuns(lost_timeout_s=2.5)
     end = feed(runs, "run", ["a0", "a1"], 50, T0)

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent import wire
-from agent.schema import Hello, Step
-from gui.core.analysis.runs import FINISHED, LOST
-from gui.core.ingest.session import load
-from gui.core.live.replay import runs_from_session
-from gui.core.live.store import LiveStore
-from gui.core.session_data import columns_from_rows
+from ringscope.agent import wire
+from ringscope.agent.schema import Hello, Step
+from ringscope.gui.core.analysis.runs import FINISHED, LOST
+from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.live.replay import runs_from_session
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.session_data import columns_from_rows
 from tests.gui.core.analysis.test_runs import T0, _record
 
 
@@ -72,7 +72,7 @@ def test_reopened_session_shows_every_run_in_its_recorded_state(tmp_path: Path) 
 
 
 def test_live_analyzer_prices_the_selected_run_up_to_its_priced_end(tmp_path: Path) -> None:
-    from gui.core.live.live_analysis import LiveAnalyzer
+    from ringscope.gui.core.live.live_analysis import LiveAnalyzer
 
     path = tmp_path / "s.db"
     _record(path)

@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from agent import wire
-from agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
-from agent.wire import Batch
-from gui.core.ingest.sink import Gap, Rejection
-from gui.core.live.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_live_straggler
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, GpuSample, GpuStatus, Health, Hello, HostSample, Step
+from ringscope.agent.wire import Batch
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+from ringscope.gui.core.live.store import STATE_FINISHED, STATE_LOST, STATE_RUNNING, LiveStore, find_live_straggler
 
 T0 = 1_700_000_000.0
 
@@ -279,9 +279,9 @@ def test_device_ring_keeps_the_newest_readings_in_order() -> None:
 
 
 def test_snapshot_module_is_the_same_types() -> None:
-    from gui.core.live import snapshot
+    from ringscope.gui.core.live import snapshot
 
-    assert snapshot.Snapshot is __import__("gui.core.live.store", fromlist=["Snapshot"]).Snapshot
+    assert snapshot.Snapshot is __import__("ringscope.gui.core.live.store", fromlist=["Snapshot"]).Snapshot
     assert snapshot.find_live_straggler is find_live_straggler and snapshot.STATE_LOST == STATE_LOST
 
 
@@ -310,7 +310,7 @@ def test_a_run_longer_than_the_ring_is_kept_whole_at_a_coarser_resolution() -> N
 
 @pytest.mark.parametrize("slow", [None, 2])
 def test_live_and_whole_run_straggler_verdicts_come_from_one_rule(slow: int | None) -> None:
-    from gui.core.analysis.summary import analyze
+    from ringscope.gui.core.analysis.summary import analyze
 
     store = LiveStore()
     feed_cluster(store, 4, 25, slow=slow)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent import wire
-from agent.schema import Step
-from gui.core.live.store import LiveStore
+from ringscope.agent import wire
+from ringscope.agent.schema import Step
+from ringscope.gui.core.live.store import LiveStore
 
 T0 = 1_700_000_000.0
 

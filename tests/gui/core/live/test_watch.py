@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.schema import Heartbeat
-from gui.core.ingest.recorder import Recorder
-from gui.core.ingest.session import load, summarize
-from gui.core.live.runs import LiveRuns
-from gui.core.live.watch import RunWatcher
-from gui.core.report import build_report
-from gui.core.report.model import checkpoint_rows
+from ringscope.agent.schema import Heartbeat
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session import load, summarize
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.live.watch import RunWatcher
+from ringscope.gui.core.report import build_report
+from ringscope.gui.core.report.model import checkpoint_rows
 from tests.gui.core.live.test_live_runs import T0, batch, hello, step
 
 

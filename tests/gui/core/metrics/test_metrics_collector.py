@@ -14,14 +14,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from agent import wire
-from agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
-from agent.wire import Batch
-from gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
-from gui.core.analysis.runs import RUN_STATES
-from gui.core.ingest.sink import IngestCounters
-from gui.core.live.runs import LiveRuns
-from gui.core.metrics import LiveRunsCollector, MetricsLimits
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, GpuSample, GpuStatus, Hello, HostSample, Step
+from ringscope.agent.wire import Batch
+from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.runs import RUN_STATES
+from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.metrics import LiveRunsCollector, MetricsLimits
 
 T0 = 1_700_000_000.0
 DASHBOARD = Path(__file__).resolve().parents[4] / "resources" / "grafana" / "ringscope-dashboard.json"

@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 
-from gui.core.ingest.sink import IngestCounters
-from gui.core.live.runs import LiveRuns
-from gui.core.metrics import MetricsError, MetricsServer, is_loopback
+from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.metrics import MetricsError, MetricsServer, is_loopback
 
 
 def get(url: str, accept: str | None = None) -> tuple[str, str]:

@@ -12,10 +12,10 @@ import numpy as np
 import pypdfium2 as pdfium
 import pytest
 
-from agent.schema import FIELD_NAMES
-from gui.core.phases import PHASES
-from gui.core.report import EXPORT_KINDS, ExportCancelled, build_report, export
-from gui.core.report.html import SECTIONS
+from ringscope.agent.schema import FIELD_NAMES
+from ringscope.gui.core.phases import PHASES
+from ringscope.gui.core.report import EXPORT_KINDS, ExportCancelled, build_report, export
+from ringscope.gui.core.report.html import SECTIONS
 from tests.gui.core.analysis.test_analysis import ALLREDUCE_S, make_session
 
 SCREENS = Path("/work/notes/screens")
@@ -162,15 +162,15 @@ def test_unknown_export_kind_is_a_clear_error(straggler_report, tmp_path: Path) 
 
 
 def test_hours_are_written_for_people_at_every_scale() -> None:
-    from gui.core.report.model import hours_text
+    from ringscope.gui.core.report.model import hours_text
 
     assert [hours_text(h) for h in (0.0, 1.47e-06, 0.00889, 0.5, 12.345, 1234.5)] == \
         ["0.00", "< 0.0001", "0.00889", "0.5", "12.35", "1,234.50"]
 
 
 def test_a_session_with_two_runs_exports_one_part_per_run(tmp_path: Path) -> None:
-    from gui.core.ingest.session import load
-    from gui.core.report import export
+    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.report import export
     from tests.gui.core.analysis.test_runs import _record
 
     path = tmp_path / "s.db"

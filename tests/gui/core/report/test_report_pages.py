@@ -8,9 +8,9 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from gui.core.report import build_report, export
-from gui.core.report.model import headline_rows
-from gui.core.session_data import SessionData
+from ringscope.gui.core.report import build_report, export
+from ringscope.gui.core.report.model import headline_rows
+from ringscope.gui.core.session_data import SessionData
 from tests.gui.core.analysis.test_analysis import make_session
 
 

@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 
-from agent.schema import GpuSample
-from gui.core.live.snapshot import Snapshot
-from gui.core.live.store import LiveStore
-from gui.core.service.frames import FrameDecoder, FrameEncoder
+from ringscope.agent.schema import GpuSample
+from ringscope.gui.core.live.snapshot import Snapshot
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.service.frames import FrameDecoder, FrameEncoder
 from tests.gui.core.live.test_store import T0, batch, hello, step
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import agent
-from gui.core.ingest.session import load as load_session
-from gui.core.service.client import IngestError, IngestProcess, RemoteRuns
-from gui.core.service.server import IngestSetup
+from ringscope import agent
+from ringscope.gui.core.ingest.session import load as load_session
+from ringscope.gui.core.service.client import IngestError, IngestProcess, RemoteRuns
+from ringscope.gui.core.service.server import IngestSetup
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -105,8 +105,8 @@ def test_an_aborted_ingest_process_is_reported_and_its_recording_keeps_what_was_
 
 WINDOW = """
 import sys, time
-from gui.core.service.client import IngestProcess
-from gui.core.service.server import IngestSetup
+from ringscope.gui.core.service.client import IngestProcess
+from ringscope.gui.core.service.server import IngestSetup
 ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=sys.argv[1], orphan_quiet_s=1.5)).start()
 print(ingest.endpoint, ingest.pid, flush=True)
 time.sleep(120)

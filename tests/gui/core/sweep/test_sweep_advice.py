@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gui.core.sweep.advice import money, recommend, stall_crossings
-from gui.core.sweep.analysis import SweepRow, with_efficiency
+from ringscope.gui.core.sweep.advice import money, recommend, stall_crossings
+from ringscope.gui.core.sweep.analysis import SweepRow, with_efficiency
 
 
 def _row(framework: str, ranks: int, samples_per_s: float | None, *, stall: float = 0.1, compute: float = 0.8,

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from gui.core.analysis.summary import analyze
-from gui.core.sweep.analysis import FOOTING_KEYS, SweepRow, check_footing, measure, with_efficiency
-from gui.core.sweep.plan import Configuration, SweepPlan
-from gui.core.sweep.runner import RESULT_PREFIX, RunOutcome
+from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.sweep.analysis import FOOTING_KEYS, SweepRow, check_footing, measure, with_efficiency
+from ringscope.gui.core.sweep.plan import Configuration, SweepPlan
+from ringscope.gui.core.sweep.runner import RESULT_PREFIX, RunOutcome
+from ringscope.trainers import common
 from tests.gui.core.analysis.test_analysis import ALLREDUCE_S, COMPUTE_S, DATA_S, OTHER_S, SAMPLES, make_session
-from trainers import common
 
 PLAN = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60)
 
@@ -96,7 +96,7 @@ def test_a_run_without_a_result_line_is_named_and_none_at_all_is_not_equal() -> 
 
 
 def test_the_sweep_reads_what_the_trainers_print() -> None:
-    # gui.core does not import the trainers: the prefix and the footing's keys are kept equal here.
+    # ringscope.gui.core does not import the trainers: the prefix and the footing's keys are kept equal here.
     assert RESULT_PREFIX == common.RESULT_PREFIX
     parser = argparse.ArgumentParser()
     common.add_common_arguments(parser)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gui.core.sweep.plan import (
+from ringscope.gui.core.sweep.plan import (
     Configuration,
     SweepPlan,
     parse_comm_delay,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gui.commands import sweep as sweep_command
-from gui.core.sweep.plan import REFERENCE_ONLY_OPTIONS, Configuration, script_conflicts
-from gui.core.sweep.progress import (
+from ringscope.gui.commands import sweep as sweep_command
+from ringscope.gui.core.sweep.plan import REFERENCE_ONLY_OPTIONS, Configuration, script_conflicts
+from ringscope.gui.core.sweep.progress import (
     SESSION_NAME,
     ProgressLines,
     SweepProgress,
@@ -27,7 +27,7 @@ from gui.core.sweep.progress import (
     sweep_argv,
     sweep_env,
 )
-from gui.core.sweep.runner import RunOutcome
+from ringscope.gui.core.sweep.runner import RunOutcome
 
 
 def errors_of(request: SweepRequest, cpus: int = 2) -> list[str]:
@@ -81,7 +81,7 @@ def test_a_valid_request_has_no_errors_and_its_command_is_the_cli(tmp_path: Path
     assert errors_of(request) == []
     assert request.configuration_count() == 2
     argv = sweep_argv(request)
-    assert argv[:4] == [sys.executable, "-m", "gui.cli", "sweep"]
+    assert argv[:4] == [sys.executable, "-m", "ringscope.gui.cli", "sweep"]
     parsed = dict(zip(argv[4::2], argv[5::2], strict=True))
     assert parsed == {"--frameworks": "ddp", "--ranks": "1,2", "--steps": "30", "--model-width": "16",
                       "--model-depth": "2", "--batch-size": "8", "--dataset": "synthetic", "--device": "cpu",
@@ -112,7 +112,7 @@ def test_names_agree_with_the_command() -> None:
 
 
 def test_the_request_defaults_are_the_cli_defaults() -> None:
-    from gui.cli import build_parser
+    from ringscope.gui.cli import build_parser
 
     cli = build_parser().parse_args(["sweep", "--frameworks", "ddp", "--ranks", "1", "--out", "x"])
     request = SweepRequest(("ddp",), "1", "x")
@@ -128,9 +128,9 @@ def test_the_request_defaults_are_the_cli_defaults() -> None:
 
 def _parsed(argv: list[str]) -> argparse.Namespace:
     """``argv`` (a ``sweep_argv``) parsed by the real ``ringscope`` parser."""
-    from gui.cli import build_parser
+    from ringscope.gui.cli import build_parser
 
-    assert argv[:4] == [sys.executable, "-m", "gui.cli", "sweep"]
+    assert argv[:4] == [sys.executable, "-m", "ringscope.gui.cli", "sweep"]
     return build_parser().parse_args(argv[3:])
 
 

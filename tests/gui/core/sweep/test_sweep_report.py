@@ -11,9 +11,9 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from gui.core.sweep import CSV_COLUMNS, SweepPlan, SweepReport, csv_text, render_html, write_pdf
-from gui.core.sweep.advice import recommend
-from gui.core.sweep.analysis import Footing, SweepRow, with_efficiency
+from ringscope.gui.core.sweep import CSV_COLUMNS, SweepPlan, SweepReport, csv_text, render_html, write_pdf
+from ringscope.gui.core.sweep.advice import recommend
+from ringscope.gui.core.sweep.analysis import Footing, SweepRow, with_efficiency
 
 PLAN = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60)
 REQUIRED = ("framework", "ranks", "global_batch", "steps", "samples_per_s", "efficiency", "data_wait_share",

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gui.cli import main
-from gui.core.sweep import NOT_CHECKED, SweepPlan, SweepReport, csv_text, render_html
-from gui.core.sweep.advice import recommend
-from gui.core.sweep.analysis import SweepRow, check_footing, measure, with_efficiency
-from gui.core.sweep.plan import Configuration, problems, process_plans, script_conflicts
-from gui.core.sweep.runner import RunOutcome
+from ringscope.gui.cli import main
+from ringscope.gui.core.sweep import NOT_CHECKED, SweepPlan, SweepReport, csv_text, render_html
+from ringscope.gui.core.sweep.advice import recommend
+from ringscope.gui.core.sweep.analysis import SweepRow, check_footing, measure, with_efficiency
+from ringscope.gui.core.sweep.plan import Configuration, problems, process_plans, script_conflicts
+from ringscope.gui.core.sweep.runner import RunOutcome
 from tests.gui.core.analysis.test_analysis import make_session
 
 ENDPOINT = "tcp://127.0.0.1:5999"
