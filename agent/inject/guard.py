@@ -15,6 +15,7 @@ import sys
 from ringscope.agent.inject.environment import ENV_INJECT_FAULT
 
 _OFF_FLAG = "_ringscope_zero_code_off"  # the bootstrap's name for the same flag
+_UNMEASURED_FLAG = "_ringscope_unmeasured"  # what ``unmeasured`` has already said, on ``sys`` like the flag above
 
 
 def active() -> bool:
@@ -30,6 +31,21 @@ def off(reason: str) -> None:
         setattr(sys, _OFF_FLAG, True)
         sys.stderr.write(f"ringscope: zero-code instrumentation is off in this process ({reason}); "
                          "the program runs without it\n")
+        sys.stderr.flush()
+    except Exception:  # a closed stderr must not stop the training
+        pass
+
+
+def unmeasured(what: str, reason: str) -> None:
+    """Say once per process and ``what`` that something is not measured while the rest of the injection stays on
+    (``ringscope: <what> not measured in this process (<reason>); the program runs unchanged``). Never raises."""
+    try:
+        said: set[str] = getattr(sys, _UNMEASURED_FLAG, set())
+        if what in said:
+            return
+        said.add(what)
+        setattr(sys, _UNMEASURED_FLAG, said)
+        sys.stderr.write(f"ringscope: {what} not measured in this process ({reason}); the program runs unchanged\n")
         sys.stderr.flush()
     except Exception:  # a closed stderr must not stop the training
         pass

@@ -39,6 +39,7 @@ from tensorflow.python.distribute import input_lib
 
 from ringscope.agent.inject import guard
 from ringscope.agent.runtime import Agent
+from ringscope.agent.tf_distribute import replica_timing
 from ringscope.agent.tf_distribute.keras_callback import RingscopeCallback
 from ringscope.agent.tf_distribute.runtime import start_agent
 
@@ -57,6 +58,7 @@ def install() -> None:
     for name in _KERAS_ENTRY_POINTS:
         _patch_keras_entry(name)
     _patch_strategy_run()
+    replica_timing.install_all_reduce_hook()
     _patch_function_call()
     _patch_iterator_next()
     keras.Model._ringscope_patched = True
@@ -128,9 +130,17 @@ class LoopTiming:
         ranks = agent.identity.ranks
         samples = self._samples if self._samples is not None and len(self._samples) == len(ranks) else None
         first = self._first or self.traced_now
+        replicas = replica_timing.COLLECTOR.take()
         for index, rank in enumerate(ranks):
-            agent.step(rank, self._step, start_s, end_s, data_wait_s=self._waited_s if fetched else None,
-                       samples=None if samples is None else samples[index], first_batch=first)
+            figures = replicas.get(rank)
+            host_wait = self._waited_s if fetched else None
+            if figures is None:
+                data_wait, compute, comm = host_wait, None, None
+            else:  # the batch fetched before the call (host) plus any wait for it inside the graph
+                data_wait = (host_wait or 0.0) + figures.data_wait_s
+                compute, comm = figures.compute_s, figures.comm_s
+            agent.step(rank, self._step, start_s, end_s, data_wait_s=data_wait, compute_s=compute, comm_s=comm,
+                       comm_exposed_s=comm, samples=None if samples is None else samples[index], first_batch=first)
         self._step += 1
         self._batch_start_s, self._waited_s, self._samples, self._first, self.traced_now = None, 0.0, None, False, False
 
@@ -183,6 +193,7 @@ def _with_callback(
     data-parallel."""
     strategy = model.distribute_strategy
     if not _data_parallel(strategy):
+        _not_data_parallel(strategy)
         return args, kwargs, None
     try:
         bound = signature.bind(model, *args, **kwargs)
@@ -232,7 +243,10 @@ def _patch_strategy_run() -> None:
 
     @functools.wraps(original)
     def run(self: Any, fn: Callable[..., Any], args: Any = (), kwargs: Any = None, options: Any = None) -> Any:
-        if not guard.active() or _keras_depth() or _from_agent(fn):
+        if not guard.active() or _from_agent(fn):
+            return original(self, fn, args=args, kwargs=kwargs, options=options)
+        fn = _timed_replicas(self, fn)
+        if _keras_depth():
             return original(self, fn, args=args, kwargs=kwargs, options=options)
         try:
             eager_step = _run_called(self)
@@ -249,9 +263,29 @@ def _patch_strategy_run() -> None:
     tf.distribute.Strategy.run = run
 
 
+def _timed_replicas(strategy: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with in-graph replica timing (``replica_timing``) when this is a data-parallel step being traced."""
+    try:
+        if not _data_parallel(strategy) or tf.executing_eagerly():
+            return fn
+        if replica_timing.in_xla_function():
+            guard.unmeasured("data wait, compute and AllReduce stall per replica",
+                             "the step function is XLA-compiled (jit_compile=True): host timestamps cannot run in it")
+            return fn
+        return replica_timing.timed_replica_fn(fn, _timing_failed)
+    except Exception as exc:
+        _timing_failed("strategy.run", exc)
+        return fn
+
+
+def _timing_failed(where: str, exc: BaseException) -> None:
+    guard.unmeasured("data wait, compute and AllReduce stall per replica", f"{where}: {type(exc).__name__}: {exc}")
+
+
 def _run_called(strategy: Any) -> bool:
     """Mark the tf.function being traced as the step function; True when this run is an eager step itself."""
     if not _data_parallel(strategy):
+        _not_data_parallel(strategy)
         return False
     stack = _call_stack()
     if stack:
@@ -272,6 +306,8 @@ def _patch_function_call() -> None:
         if not guard.active():
             return original(self, *args, **kwargs)
         stack = _call_stack()
+        if not stack:
+            replica_timing.COLLECTOR.clear()  # what arrives during this call belongs to it
         stack.append(self)
         started = time.time()
         try:
@@ -337,6 +373,13 @@ def _data_parallel(strategy: Any) -> bool:
 
 def _from_agent(fn: Any) -> bool:
     return str(getattr(fn, "__module__", "") or "").startswith("ringscope.agent.")
+
+
+def _not_data_parallel(strategy: Any) -> None:
+    """Say once that a training under another strategy (or none) is not measured."""
+    name = type(strategy).__name__
+    guard.unmeasured("this TensorFlow training", f"its strategy is {name}; Ringscope measures MirroredStrategy and "
+                                                 "MultiWorkerMirroredStrategy")
 
 
 def _replica_samples(batch: Any) -> list[int] | None:

@@ -15,6 +15,7 @@ import keras
 
 from ringscope.agent.runtime import Agent
 from ringscope.agent.schema import EventKind
+from ringscope.agent.tf_distribute.replica_timing import COLLECTOR
 
 
 class RingscopeCallback(keras.callbacks.Callback):
@@ -80,6 +81,7 @@ class RingscopeCallback(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Remember when Keras handed control to its train function."""
+        COLLECTOR.clear()  # the replica stamps that arrive from now on are this call's
         self._begin_s = time.time()
         self._begin_batch = batch
 
@@ -96,8 +98,14 @@ class RingscopeCallback(keras.callbacks.Callback):
             samples = None
             if self._global_batch_size is not None:
                 samples = self._global_batch_size // len(self._ranks) * steps
+            replicas = COLLECTOR.take()
             for rank in self._ranks:
-                self._telemetry.step(rank, self._step - 1, self._begin_s, end_s, samples=samples, loss=loss,
+                figures = replicas.get(rank)
+                data_wait = compute = comm = None
+                if figures is not None:
+                    data_wait, compute, comm = figures.data_wait_s, figures.compute_s, figures.comm_s
+                self._telemetry.step(rank, self._step - 1, self._begin_s, end_s, data_wait_s=data_wait,
+                                     compute_s=compute, comm_s=comm, comm_exposed_s=comm, samples=samples, loss=loss,
                                      first_batch=self._first_batch, epoch=self._epoch)
         except Exception:  # telemetry must never stop a training
             pass
