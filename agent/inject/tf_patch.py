@@ -163,7 +163,7 @@ def _patch_fit() -> None:
                 args, kwargs, callback = _with_callback(self, signature, args, kwargs)
             except Exception as exc:
                 guard.failed("model.fit", exc)
-        with _inside_keras():
+        with _inside_keras("fit"):
             history = original(self, *args, **kwargs)
         if callback is not None:
             _LOOP.continue_after(callback._step)
@@ -179,7 +179,7 @@ def _patch_keras_entry(name: str) -> None:
 
     @functools.wraps(original)
     def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _inside_keras():
+        with _inside_keras(name):
             return original(self, *args, **kwargs)
 
     setattr(keras.Model, name, entry)
@@ -228,12 +228,23 @@ def _global_batch(bound: inspect.BoundArguments) -> int | None:
 
 
 @contextmanager
-def _inside_keras() -> Iterator[None]:
+def _inside_keras(entry: str) -> Iterator[None]:
     _TLS.keras_depth = _keras_depth() + 1
+    entries = _keras_entries()
+    entries.append(entry)
     try:
         yield
     finally:
         _TLS.keras_depth -= 1
+        entries.pop()
+
+
+def _keras_entries() -> list[str]:
+    """The Keras entry points (fit, evaluate...) this thread is inside, innermost last."""
+    entries: list[str] | None = getattr(_TLS, "keras_entries", None)
+    if entries is None:
+        entries = _TLS.keras_entries = []
+    return entries
 
 
 # ---- Custom loops ----------------------------------------------------------------------------------------------------
@@ -266,8 +277,9 @@ def _patch_strategy_run() -> None:
 def _timed_replicas(strategy: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with in-graph replica timing (``replica_timing``) when this is a data-parallel step being traced."""
     try:
-        if not _data_parallel(strategy) or tf.executing_eagerly():
-            return fn
+        entries = _keras_entries()
+        if not _data_parallel(strategy) or tf.executing_eagerly() or (entries and entries[-1] != "fit"):
+            return fn  # evaluate / predict (also fit's validation) are not training steps: not timed
         if replica_timing.in_xla_function():
             guard.unmeasured("data wait, compute and AllReduce stall per replica",
                              "the step function is XLA-compiled (jit_compile=True): host timestamps cannot run in it")
@@ -306,8 +318,6 @@ def _patch_function_call() -> None:
         if not guard.active():
             return original(self, *args, **kwargs)
         stack = _call_stack()
-        if not stack:
-            replica_timing.COLLECTOR.clear()  # what arrives during this call belongs to it
         stack.append(self)
         started = time.time()
         try:

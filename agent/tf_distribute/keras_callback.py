@@ -68,6 +68,7 @@ class RingscopeCallback(keras.callbacks.Callback):
         iterations = int(optimizer.iterations.numpy()) if optimizer is not None else 0
         self._step = iterations
         self._first_batch = True
+        COLLECTOR.clear()  # replica sums from here on are this fit's
         if iterations > 0:
             self._report_restore(iterations, None, f"optimizer state restored at step {iterations}")
 
@@ -81,7 +82,6 @@ class RingscopeCallback(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """Remember when Keras handed control to its train function."""
-        COLLECTOR.clear()  # the replica stamps that arrive from now on are this call's
         self._begin_s = time.time()
         self._begin_batch = batch
 

@@ -24,11 +24,13 @@ for by t3 (no edge is added into the user's work); what they take beyond t3 show
 - comm). With ``steps_per_execution = k`` each execution delivers k stamps per replica and the record of that
 execution carries their sums (one record per execution, as ``RingscopeCallback`` numbers them).
 
-The stamps reach Python through one ``tf.numpy_function`` per replica and step at the end of the replica's step: a
-host op whose inputs are host timestamps, so it adds no device synchronization (on GPU, the stamps mark when the
+Each replica's step adds its figures to one row of a host-resident table (``StampCollector``) with one scatter-add,
+a host op whose inputs are host timestamps, so it adds no device synchronization (on GPU, the stamps mark when the
 ops they follow were *enqueued* or completed, as ``loop`` explains; ``benchmarks/gpu_check_tf.py`` compares them
-with host timing there). Every timestamp is an independent side effect (``loop._timestamp``): only the edges written
-here order it, and none of them points into the user's computation. XLA-compiled functions (``jit_compile=True``)
+with host timing there). The step hooks read the table once after each step's call and keep the difference.
+
+Every timestamp is an independent side effect (``loop._timestamp``): only the edges written here order it, and
+none of them points into the user's computation. XLA-compiled functions (``jit_compile=True``)
 cannot run host ops: they are left alone and said so once.
 
 It must never raise into the training: every failure while tracing turns the timing off for that function, with one
@@ -37,22 +39,23 @@ line on stderr through ``ringscope.agent.inject.guard`` where the injection is a
 
 from __future__ import annotations
 
-import collections
 import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.framework.func_graph import FuncGraph
-from tensorflow.python.ops import control_flow_util
+from tensorflow.python.ops import control_flow_util, resource_variable_ops
 
 from ringscope.agent.tf_distribute.loop import _timestamp as _independent_timestamp
 
-MAX_PENDING: Final[int] = 65_536
-"""Stamps kept while nobody takes them (a loop the agent does not number): the oldest are dropped beyond this."""
+MAX_LOCAL_REPLICAS: Final[int] = 64
+"""Replicas of one process that are timed (more is unheard of: 8 GPUs a node is the norm); others go unmeasured."""
+_COLUMNS: Final[int] = 5  # steps, data wait, compute, comm, steps without a compute/comm split
 
 _TLS = threading.local()
 _HOOK_MARK: Final[str] = "_ringscope_replica_timing"
@@ -77,38 +80,55 @@ class _Frame:
 
 
 class StampCollector:
-    """Where the replicas' stamps arrive (on TensorFlow's executor threads) and the step hooks take them."""
+    """Per-replica sums kept in the graph, read by the step hooks: one host-resident variable of
+    ``MAX_LOCAL_REPLICAS`` rows (steps, data wait, compute, comm, steps without a split), to which each replica's
+    step adds its row with one ``ResourceScatterAdd``. Nothing calls Python inside the graph (a ``numpy_function``
+    per replica and step cost ~150 µs each on the 1.6 ms digits step), and the host reads the whole table once per
+    step (``take``), after the step's call returned: the adds depend only on host timestamps, so on GPU the read
+    waits for no kernel."""
 
-    def __init__(self, limit: int = MAX_PENDING) -> None:
-        self._pending: collections.deque[tuple[int, float, float, float, float]] = collections.deque(maxlen=limit)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._table: Any = None
+        self._ranks: dict[int, int] = {}  # row -> global rank
+        self._last: Any = None
 
-    def deliver(self, rank: Any, t_in: Any, t0: Any, t3: Any, comm: Any) -> None:
-        """Called by the graph's host op; never raises (an exception here would fail the user's step)."""
-        try:
-            self._pending.append((int(rank), float(t_in), float(t0), float(t3), float(comm)))
-        except Exception:  # telemetry must never stop a training
-            pass
+    def row_for(self, rank: int, local_index: int) -> Any:
+        """The table (created on first use, outside any graph) for a replica traced now; remembers its rank."""
+        if not 0 <= local_index < MAX_LOCAL_REPLICAS:
+            raise ValueError(f"local replica {local_index} beyond the {MAX_LOCAL_REPLICAS} Ringscope times")
+        with self._lock:
+            if self._table is None:
+                with tf.init_scope(), tf.device("/cpu:0"):
+                    # ResourceVariable directly: not through the strategy's variable creator (no mirroring)
+                    self._table = resource_variable_ops.ResourceVariable(
+                        tf.zeros([MAX_LOCAL_REPLICAS, _COLUMNS], tf.float64), trainable=False,
+                        name="ringscope_replica_timing")
+                    self._last = np.zeros([MAX_LOCAL_REPLICAS, _COLUMNS])
+            self._ranks[local_index] = rank
+            return self._table
 
     def clear(self) -> None:
-        """Forget what arrived so far (an evaluation's steps, a step that was not counted)."""
-        self._pending.clear()
+        """Forget what arrived so far (steps that were not counted, such as those before ``fit`` began)."""
+        if self._table is not None:
+            self._last = self._table.numpy()
 
     def take(self) -> dict[int, ReplicaFigures]:
-        """Every stamp delivered since the last call, summed per global rank."""
+        """The sums added since the last call, per global rank (ranks with no step since then are left out)."""
+        if self._table is None:
+            return {}
+        now = self._table.numpy()
+        delta, self._last = now - self._last, now
         figures: dict[int, ReplicaFigures] = {}
-        while True:
-            try:
-                rank, t_in, t0, t3, comm = self._pending.popleft()
-            except IndexError:
-                return figures
-            one = figures.setdefault(rank, ReplicaFigures())
-            one.steps += 1
-            one.data_wait_s += max(0.0, t0 - t_in)
-            if comm < 0 or one.comm_s is None or one.compute_s is None:  # no all-reduce seen: no split
-                one.comm_s = one.compute_s = None
-            else:
-                one.comm_s += comm
-                one.compute_s += max(0.0, (t3 - t0) - comm)
+        for row, rank in list(self._ranks.items()):
+            steps, data_wait, compute, comm, unsplit = delta[row]
+            if steps < 0.5:
+                continue
+            split = unsplit < 0.5
+            figures[rank] = ReplicaFigures(round(steps), max(0.0, float(data_wait)),
+                                           max(0.0, float(compute)) if split else None,
+                                           max(0.0, float(comm)) if split else None)
+        return figures
 
 
 COLLECTOR: Final = StampCollector()
@@ -218,6 +238,15 @@ def _timestamp() -> Any:
     return _independent_timestamp()
 
 
+def _independent(op: Any) -> None:
+    """Leave ``op`` out of automatic control dependencies' chain of stateful ops (it still runs before the function
+    returns): chained, each replica's host op waited for the other replicas' stateful ops and they for it."""
+    graph = tf.compat.v1.get_default_graph()
+    manager = getattr(graph, "experimental_acd_manager", None)
+    if manager is not None and not isinstance(getattr(graph, "outer_graph", None), FuncGraph):
+        manager.run_independently(op)
+
+
 def _frames() -> list[_Frame]:
     stack: list[_Frame] | None = getattr(_TLS, "frames", None)
     if stack is None:
@@ -248,14 +277,26 @@ def _producers(structure: Any) -> list[Any]:
 
 
 def _deliver_after(rank: int, t_in: Any, t0: Any, frame: _Frame, outputs: Any) -> None:
-    """The t3 stamp and the host op that hands this replica's stamps to ``COLLECTOR``."""
+    """The t3 stamp, and this replica's row added to the collector's table (``StampCollector``)."""
     measured = [pair for pair in frame.comm if pair[0] is not None]
     last_t2 = [measured[-1][1]] if measured else []
     with tf.control_dependencies([*_producers(outputs), t0, *last_t2]):
         t3 = _timestamp()
+    zero = tf.constant(0.0, tf.float64)
     if measured and len(measured) == len(frame.comm):
         comm = tf.add_n([t2 - t1 for t1, t2 in measured])
-    else:
-        comm = tf.constant(-1.0, tf.float64)  # no all-reduce seen (or one unmeasured): compute/comm unknown
-    tf.numpy_function(COLLECTOR.deliver, [tf.constant(rank, tf.int64), t_in, t0, t3, comm], Tout=[],
-                      stateful=True, name="ringscope_replica_timing")
+        compute, unsplit = tf.maximum(zero, (t3 - t0) - comm), zero
+    else:  # no all-reduce seen (or one unmeasured): compute and comm unknown
+        comm, compute, unsplit = zero, zero, tf.constant(1.0, tf.float64)
+    local_index = _local_index(rank)
+    table = COLLECTOR.row_for(rank, local_index)
+    row = tf.stack([tf.constant(1.0, tf.float64), tf.maximum(zero, t0 - t_in), compute, comm, unsplit])
+    tf.raw_ops.ResourceScatterAdd(resource=table.handle, indices=tf.constant([local_index]),
+                                  updates=tf.expand_dims(row, 0), name="ringscope_replica_timing")
+
+
+def _local_index(rank: int) -> int:
+    """The replica's position among this process's replicas (TF numbers a worker's replicas contiguously)."""
+    strategy = tf.distribute.get_strategy()
+    local = len(getattr(strategy.extended, "worker_devices", ()) or ()) or 1
+    return rank % local

@@ -110,7 +110,7 @@ def run_loop(strategy: tf.distribute.Strategy, args: argparse.Namespace) -> list
         with tf.GradientTape() as tape:
             loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)), global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
     @tf.function
