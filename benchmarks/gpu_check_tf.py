@@ -10,6 +10,11 @@ NVML utilization / power / memory of each GPU during the run, and two sanity che
   in-graph phases with the host step time (phases far below the step mean timestamps are not trustworthy);
 * the slowed replica should show the smallest exposed comm, the others about ``--slow-ms`` more.
 
+Then the zero-code path (``ringscope run`` on an unmodified script: ``replica_timing``) on the same model: a plain
+custom loop whose ``strategy.run`` function is wrapped as the injection wraps it, the figures taken after each step,
+with the same two checks, and the loop's step time with vs without the wrapper (interleaved blocks): the wrapper
+must add no device synchronization, so the ratio must stay near 1.
+
 Exits 2 with a clear message when TensorFlow sees no GPU (this cannot run on the CPU-only development machine).
 Not part of ``python -m benchmarks``: it needs a GPU and is run by hand.
 """
@@ -140,10 +145,75 @@ def main() -> int:
         gap = fast["comm_exposed_ms"] - per_replica[slow_rank]["comm_exposed_ms"]
         if not 0.5 * args.slow_ms <= gap <= 1.6 * args.slow_ms:
             failures.append(f"stall gap {gap:.1f} ms for {args.slow_ms} ms injected on replica {slow_rank}")
+    failures += _zero_code_check(strategy, model, optimizer, loss_fn, iterator, global_batch, args, slow_rank)
     for failure in failures:
         print("CHECK FAILED:", failure, file=sys.stderr)
     print("gpu_check_tf:", "OK" if not failures else f"{len(failures)} check(s) failed")
     return 1 if failures else 0
+
+
+def _zero_code_check(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, iterator: Any, global_batch: int,
+                     args: argparse.Namespace, slow_rank: int | None) -> list[str]:
+    """The in-graph replica timing of zero-code runs on GPUs (NCCL all-reduce): figures and overhead."""
+    import tensorflow as tf
+
+    from ringscope.agent.tf_distribute import replica_timing
+
+    replica_timing.install_all_reduce_hook()
+
+    def replica(xb: Any, yb: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    def refuse(where: str, exc: BaseException) -> None:
+        raise RuntimeError(f"replica timing failed in {where}") from exc
+
+    timed_replica = replica_timing.timed_replica_fn(replica, refuse)
+
+    @tf.function
+    def plain_step(batch: Any) -> Any:
+        return strategy.reduce("SUM", strategy.run(replica, args=batch), axis=None)
+
+    @tf.function
+    def timed_step(batch: Any) -> Any:
+        return strategy.reduce("SUM", strategy.run(timed_replica, args=batch), axis=None)
+
+    times: dict[str, list[float]] = {"plain": [], "timed": []}
+    figures: list[dict[int, Any]] = []
+    for round_index in range(args.steps // 4 + 2):
+        for name in (("plain", "timed") if round_index % 2 == 0 else ("timed", "plain")):
+            for _ in range(4):
+                started = time.perf_counter()
+                (timed_step if name == "timed" else plain_step)(next(iterator)).numpy()
+                times[name].append(time.perf_counter() - started)
+                if name == "timed":
+                    figures.append(replica_timing.COLLECTOR.take())
+    steady = figures[4:]
+    per_replica = {}
+    for rank in sorted(steady[-1]):
+        picks = [f[rank] for f in steady if rank in f and f[rank].compute_s is not None]
+        per_replica[rank] = {"data_wait_ms": statistics.median(p.data_wait_s for p in picks) * 1e3,
+                             "compute_ms": statistics.median(p.compute_s for p in picks) * 1e3,
+                             "comm_exposed_ms": statistics.median(p.comm_s for p in picks) * 1e3}
+    plain_ms = statistics.median(times["plain"][4:]) * 1e3
+    timed_ms = statistics.median(times["timed"][4:]) * 1e3
+    print(json.dumps({"zero_code": {"per_replica": per_replica, "step_ms_plain": plain_ms, "step_ms_timed": timed_ms,
+                                    "ratio": timed_ms / plain_ms}}, indent=2))
+    failures = []
+    fast = per_replica[0]
+    covered = (fast["compute_ms"] + fast["comm_exposed_ms"] + fast["data_wait_ms"]) / timed_ms
+    if covered < 0.5:
+        failures.append(f"zero-code: in-graph phases cover only {covered:.0%} of the host step")
+    if slow_rank is not None:
+        gap = fast["comm_exposed_ms"] - per_replica[slow_rank]["comm_exposed_ms"]
+        if not 0.5 * args.slow_ms <= gap <= 1.6 * args.slow_ms:
+            failures.append(f"zero-code: stall gap {gap:.1f} ms for {args.slow_ms} ms injected on replica {slow_rank}")
+    if timed_ms / plain_ms > 1.05:
+        failures.append(f"zero-code: step {timed_ms:.2f} ms timed vs {plain_ms:.2f} ms plain (device sync added?)")
+    return failures
 
 
 if __name__ == "__main__":

@@ -280,6 +280,10 @@ def _timed_replicas(strategy: Any, fn: Callable[..., Any]) -> Callable[..., Any]
         entries = _keras_entries()
         if not _data_parallel(strategy) or tf.executing_eagerly() or (entries and entries[-1] != "fit"):
             return fn  # evaluate / predict (also fit's validation) are not training steps: not timed
+        if tf.config.experimental.is_op_determinism_enabled():
+            guard.unmeasured("data wait, compute and AllReduce stall per replica",
+                             "op determinism is enabled: tf.timestamp refuses to run under it")
+            return fn
         if replica_timing.in_xla_function():
             guard.unmeasured("data wait, compute and AllReduce stall per replica",
                              "the step function is XLA-compiled (jit_compile=True): host timestamps cannot run in it")

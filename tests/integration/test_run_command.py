@@ -277,9 +277,8 @@ def test_zero_code_keras_fit_reports_step_time_and_samples_per_replica(keras_zer
         assert [s.step for s in fit] == list(range(FIT_STEPS)) and fit[0].first_batch
         for step in fit:
             assert step.samples == REPLICA_BATCH and step.step_s > 0 and step.loss is not None and step.epoch == 0
-            # timed per replica inside the graph (agent.tf_distribute.replica_timing): every phase known
-            phases = (step.data_wait_s, step.compute_s, step.comm_s, step.comm_exposed_s)
-            assert None not in phases and min(phases) >= 0 and step.comm_exposed_s == step.comm_s, phases
+            # the script enables op determinism, under which tf.timestamp cannot run: unknown, never 0
+            assert (step.data_wait_s, step.compute_s, step.comm_s, step.comm_exposed_s) == (None, None, None, None)
 
 
 def test_zero_code_keras_custom_loop_is_timed_per_step_with_its_data_wait(keras_zero_code: Finished) -> None:
@@ -289,8 +288,7 @@ def test_zero_code_keras_custom_loop_is_timed_per_step_with_its_data_wait(keras_
         loop = [s for s in run.receiver.steps(rank) if s.step >= FIT_STEPS]
         assert [s.step for s in loop] == list(range(FIT_STEPS, FIT_STEPS + LOOP_STEPS)), "numbered after fit"
         assert loop[0].first_batch and not any(s.first_batch for s in loop[1:])
-        assert all(s.samples == REPLICA_BATCH and s.compute_s is not None and s.comm_exposed_s is not None
-                   and s.compute_s >= 0 and s.comm_exposed_s >= 0 for s in loop)
+        assert all(s.samples == REPLICA_BATCH and s.compute_s is None and s.comm_exposed_s is None for s in loop)
         # tf.data prefetches the first batches while the step function traces: steady state is the second half
         late = loop[LOOP_STEPS // 2:]
         assert abs(_median(late, "data_wait_s") - LOOP_DELAY_S) <= 0.1 * LOOP_DELAY_S
