@@ -4,18 +4,22 @@
 ``distribute_strategy``) gets ``RingscopeCallback`` appended to its callbacks, with one agent per process
 (``start_agent``): step time per ``steps_per_execution``, samples when the global batch is known (array inputs:
 ``batch_size``, default 32; a ``tf.data.Dataset`` whose batch dimension is static, e.g. ``drop_remainder=True``),
-Keras's running loss, epochs. ``data_wait_s``, ``compute_s``, ``comm_s`` and ``comm_exposed_s`` stay unknown, as
-the callback documents. A script that passes its own ``RingscopeCallback`` is left alone.
+Keras's running loss, epochs. A script that passes its own ``RingscopeCallback`` is left alone.
 
 Custom loops: the ``tf.function`` whose trace calls ``strategy.run`` (the outermost one being called) is the step
 function; each later eager call of it is one step: ``step_s`` from the batch request (or the call) to the call's
-return; ``data_wait_s`` when the loop fetches the batch eagerly with ``next(iterator)`` on a distributed iterator
-before the call (inside the function it is part of the step and unknown); samples per replica from that batch.
-An eager ``strategy.run(...)`` outside any ``tf.function`` is one step itself. Compute, all-reduce and AllReduce
-stall are not separated (the all-reduce runs inside Keras's ``apply_gradients`` in the graph): that needs
-``TimedStepRunner``. Calls made by Keras (``fit``, ``evaluate``, ``predict``, ``*_on_batch``) and by
-``ringscope.agent.tf_distribute`` are not counted, so a script that times its loop with ``TimedStepRunner`` is measured
-once.
+return; samples per replica from the batch. An eager ``strategy.run(...)`` outside any ``tf.function`` is one
+step itself.
+
+Per replica, in both: the function handed to ``strategy.run`` while a ``tf.function`` is traced (Keras's
+``train_step`` included) is wrapped by ``ringscope.agent.tf_distribute.replica_timing``, which stamps it in the
+graph: data wait inside the graph, compute, all-reduce time and AllReduce stall, read once after each step. A
+custom loop that fetches its batch eagerly with ``next(iterator)`` on a distributed iterator before the call adds
+that host wait to ``data_wait_s``. Not timed, with one stderr line: strategies other than the two data-parallel
+ones, XLA-compiled steps, op determinism (``replica_timing.untimed_reason``). ``evaluate``/``predict`` and eager
+steps are not stamped. Calls made by Keras's other entry points (``evaluate``, ``predict``, ``*_on_batch``) and by
+``ringscope.agent.tf_distribute`` are not counted as steps, so a script that times its loop with
+``TimedStepRunner`` is measured once.
 
 Patched: ``keras.Model.fit`` / ``evaluate`` / ``predict`` / ``*_on_batch``, ``tf.distribute.Strategy.run``,
 ``tf.function``'s ``Function.__call__`` (one thread-local list push per call) and the distributed iterator's
@@ -229,22 +233,17 @@ def _global_batch(bound: inspect.BoundArguments) -> int | None:
 
 @contextmanager
 def _inside_keras(entry: str) -> Iterator[None]:
-    _TLS.keras_depth = _keras_depth() + 1
     entries = _keras_entries()
     entries.append(entry)
     try:
         yield
     finally:
-        _TLS.keras_depth -= 1
         entries.pop()
 
 
 def _keras_entries() -> list[str]:
     """The Keras entry points (fit, evaluate...) this thread is inside, innermost last."""
-    entries: list[str] | None = getattr(_TLS, "keras_entries", None)
-    if entries is None:
-        entries = _TLS.keras_entries = []
-    return entries
+    return replica_timing.thread_list(_TLS, "keras_entries")
 
 
 # ---- Custom loops ----------------------------------------------------------------------------------------------------
@@ -280,13 +279,9 @@ def _timed_replicas(strategy: Any, fn: Callable[..., Any]) -> Callable[..., Any]
         entries = _keras_entries()
         if not _data_parallel(strategy) or tf.executing_eagerly() or (entries and entries[-1] != "fit"):
             return fn  # evaluate / predict (also fit's validation) are not training steps: not timed
-        if tf.config.experimental.is_op_determinism_enabled():
-            guard.unmeasured("data wait, compute and AllReduce stall per replica",
-                             "op determinism is enabled: tf.timestamp refuses to run under it")
-            return fn
-        if replica_timing.in_xla_function():
-            guard.unmeasured("data wait, compute and AllReduce stall per replica",
-                             "the step function is XLA-compiled (jit_compile=True): host timestamps cannot run in it")
+        reason = replica_timing.untimed_reason()
+        if reason is not None:
+            guard.unmeasured("data wait, compute and AllReduce stall per replica", reason)
             return fn
         return replica_timing.timed_replica_fn(fn, _timing_failed)
     except Exception as exc:
@@ -370,15 +365,12 @@ def _step_ended(strategy: Any, started_wall_s: float) -> None:
 
 def _keras_depth() -> int:
     """How many Keras entry points (fit, evaluate...) this thread is inside."""
-    depth: int = getattr(_TLS, "keras_depth", 0)
-    return depth
+    return len(_keras_entries())
 
 
 def _call_stack() -> list[Any]:
-    stack: list[Any] | None = getattr(_TLS, "functions", None)
-    if stack is None:
-        stack = _TLS.functions = []
-    return stack
+    """The tf.functions being called on this thread, outermost first."""
+    return replica_timing.thread_list(_TLS, "functions")
 
 
 def _data_parallel(strategy: Any) -> bool:

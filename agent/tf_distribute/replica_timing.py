@@ -48,6 +48,7 @@ from typing import Any, Final
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.framework import config as op_config
 from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops import control_flow_util, resource_variable_ops
 
@@ -140,8 +141,8 @@ COLLECTOR: Final = StampCollector()
 def timed_replica_fn(fn: Callable[..., Any], on_error: Callable[[str, BaseException], None]) -> Callable[..., Any]:
     """``fn`` (the function given to ``strategy.run``) stamped as described in the module docstring.
 
-    Call it only while tracing a ``tf.function`` (``traceable_here``). ``on_error(where, exc)`` is told of a failure
-    while tracing; the step then runs untimed.
+    Call it only while tracing a ``tf.function`` where ``untimed_reason()`` is None. ``on_error(where, exc)`` is told
+    of a failure while tracing; the step then runs untimed.
     """
 
     @functools.wraps(fn)
@@ -170,19 +171,13 @@ def timed_replica_fn(fn: Callable[..., Any], on_error: Callable[[str, BaseExcept
     return timed
 
 
-def traceable_here() -> bool:
-    """True while tracing a ``tf.function`` whose graph can hold host ops (not eager, not XLA-compiled)."""
-    if tf.executing_eagerly():
-        return False
-    graph = tf.compat.v1.get_default_graph()
-    return not control_flow_util.GraphOrParentsInXlaContext(graph)
-
-
-def in_xla_function() -> bool:
-    """True while tracing an XLA-compiled function (``jit_compile=True``): its steps cannot be timed here."""
-    if tf.executing_eagerly():
-        return False
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+def untimed_reason() -> str | None:
+    """Why the replica step being traced now cannot be timed (said once on stderr by the caller), or None."""
+    if op_config.is_op_determinism_enabled():
+        return "op determinism is enabled: tf.timestamp refuses to run under it"
+    if _in_xla_function():
+        return "the step function is XLA-compiled (jit_compile=True): host timestamps cannot run in it"
+    return None
 
 
 def install_all_reduce_hook() -> None:
@@ -201,7 +196,7 @@ def install_all_reduce_hook() -> None:
         if not stack or stack[-1].depth:  # not in a timed step, or an all-reduce inside one (its gradient)
             return original(self, reduce_op, value, options)
         frame = stack[-1]
-        if in_xla_function():  # Keras's jit_compile=True step, called inside the timed replica function
+        if _in_xla_function():  # Keras's jit_compile=True step, called inside the timed replica function
             frame.comm.append((None, None))
             return original(self, reduce_op, value, options)
         try:
@@ -238,20 +233,24 @@ def _timestamp() -> Any:
     return _independent_timestamp()
 
 
-def _independent(op: Any) -> None:
-    """Leave ``op`` out of automatic control dependencies' chain of stateful ops (it still runs before the function
-    returns): chained, each replica's host op waited for the other replicas' stateful ops and they for it."""
-    graph = tf.compat.v1.get_default_graph()
-    manager = getattr(graph, "experimental_acd_manager", None)
-    if manager is not None and not isinstance(getattr(graph, "outer_graph", None), FuncGraph):
-        manager.run_independently(op)
+def _in_xla_function() -> bool:
+    """True while tracing an XLA-compiled function (``jit_compile=True``): its steps cannot be timed here."""
+    if tf.executing_eagerly():
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _frames() -> list[_Frame]:
-    stack: list[_Frame] | None = getattr(_TLS, "frames", None)
-    if stack is None:
-        stack = _TLS.frames = []
-    return stack
+    return thread_list(_TLS, "frames")
+
+
+def thread_list(tls: threading.local, name: str) -> list[Any]:
+    """The list ``tls.<name>`` of the calling thread, created empty on first use."""
+    value: list[Any] | None = getattr(tls, name, None)
+    if value is None:
+        value = []
+        setattr(tls, name, value)
+    return value
 
 
 def _replica_rank() -> int:

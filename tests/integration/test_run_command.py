@@ -279,6 +279,8 @@ def test_zero_code_keras_fit_reports_step_time_and_samples_per_replica(keras_zer
             assert step.samples == REPLICA_BATCH and step.step_s > 0 and step.loss is not None and step.epoch == 0
             # the script enables op determinism, under which tf.timestamp cannot run: unknown, never 0
             assert (step.data_wait_s, step.compute_s, step.comm_s, step.comm_exposed_s) == (None, None, None, None)
+    said = [line for line in run.stderr.splitlines() if "per replica not measured" in line]
+    assert len(said) == 1 and "op determinism is enabled" in said[0], said
 
 
 def test_zero_code_keras_custom_loop_is_timed_per_step_with_its_data_wait(keras_zero_code: Finished) -> None:
