@@ -101,6 +101,7 @@ def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int
         global_batch, drop_remainder=True)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     telemetry = start_agent(strategy, endpoint=endpoint, run_id="bench-tf-zero-code", sample_devices=False)
+    replica_timing.COLLECTOR.attach(telemetry)
     ranks = telemetry.identity.ranks
 
     def loop(timed: bool) -> Any:
@@ -131,18 +132,20 @@ def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int
 
         def step() -> None:
             started = time.time()
-            replica_timing.COLLECTOR.clear()
             train_step(next(iterator)).numpy()
             if not timed:
                 return
-            end = time.time()
-            figures = replica_timing.COLLECTOR.take()  # what tf_patch's LoopTiming does after each step
-            for rank in ranks:
-                one = figures.get(rank)
-                complete.append(one is not None and one.compute_s is not None)
-                telemetry.step(rank, counter[0], started, end, data_wait_s=one.data_wait_s if one else None,
-                               compute_s=one.compute_s if one else None, comm_s=one.comm_s if one else None,
-                               comm_exposed_s=one.comm_s if one else None)
+            end, step_index = time.time(), counter[0]
+
+            def emit(figures: dict[int, Any]) -> None:  # on the agent's sender thread, as in tf_patch's LoopTiming
+                for rank in ranks:
+                    one = figures.get(rank)
+                    complete.append(one is not None and one.compute_s is not None)
+                    telemetry.step(rank, step_index, started, end, data_wait_s=one.data_wait_s if one else None,
+                                   compute_s=one.compute_s if one else None, comm_s=one.comm_s if one else None,
+                                   comm_exposed_s=one.comm_s if one else None)
+
+            replica_timing.COLLECTOR.submit(started, end, emit)
             counter[0] += 1
 
         return step
@@ -158,6 +161,7 @@ def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int
         return times
 
     times, cpu = interleave(run_block, rounds, after_round=drain)
+    replica_timing.COLLECTOR.drain()
     telemetry.close()
     return summarize(times, cpu, f"{dataset} width {width} depth {depth} batch {batch}/replica", block)
 

@@ -93,6 +93,7 @@ class ProcessTelemetry:
     @staticmethod
     def _close(agent: Agent) -> None:
         try:
+            replica_timing.COLLECTOR.drain()  # the last steps, before the sender stops
             agent.close()
         except Exception as exc:
             guard.failed("closing", exc)
@@ -134,17 +135,22 @@ class LoopTiming:
         ranks = agent.identity.ranks
         samples = self._samples if self._samples is not None and len(self._samples) == len(ranks) else None
         first = self._first or self.traced_now
-        replicas = replica_timing.COLLECTOR.take()
-        for index, rank in enumerate(ranks):
-            figures = replicas.get(rank)
-            host_wait = self._waited_s if fetched else None
-            if figures is None:
-                data_wait, compute, comm = host_wait, None, None
-            else:  # the batch fetched before the call (host) plus any wait for it inside the graph
-                data_wait = (host_wait or 0.0) + figures.data_wait_s
-                compute, comm = figures.compute_s, figures.comm_s
-            agent.step(rank, self._step, start_s, end_s, data_wait_s=data_wait, compute_s=compute, comm_s=comm,
-                       comm_exposed_s=comm, samples=None if samples is None else samples[index], first_batch=first)
+        host_wait = self._waited_s if fetched else None
+        step = self._step
+
+        def emit(replicas: dict[int, replica_timing.ReplicaFigures]) -> None:
+            for index, rank in enumerate(ranks):
+                figures = replicas.get(rank)
+                if figures is None:
+                    data_wait, compute, comm = host_wait, None, None
+                else:  # the batch fetched before the call (host) plus any wait for it inside the graph
+                    data_wait = (host_wait or 0.0) + figures.data_wait_s
+                    compute, comm = figures.compute_s, figures.comm_s
+                agent.step(rank, step, start_s, end_s, data_wait_s=data_wait, compute_s=compute, comm_s=comm,
+                           comm_exposed_s=comm, samples=None if samples is None else samples[index], first_batch=first)
+
+        replica_timing.COLLECTOR.attach(agent)
+        replica_timing.COLLECTOR.submit(start_s, end_s, emit)
         self._step += 1
         self._batch_start_s, self._waited_s, self._samples, self._first, self.traced_now = None, 0.0, None, False, False
 

@@ -15,7 +15,7 @@ import keras
 
 from ringscope.agent.runtime import Agent
 from ringscope.agent.schema import EventKind
-from ringscope.agent.tf_distribute.replica_timing import COLLECTOR
+from ringscope.agent.tf_distribute.replica_timing import COLLECTOR, ReplicaFigures
 
 
 class RingscopeCallback(keras.callbacks.Callback):
@@ -68,7 +68,6 @@ class RingscopeCallback(keras.callbacks.Callback):
         iterations = int(optimizer.iterations.numpy()) if optimizer is not None else 0
         self._step = iterations
         self._first_batch = True
-        COLLECTOR.clear()  # replica sums from here on are this fit's
         if iterations > 0:
             self._report_restore(iterations, None, f"optimizer state restored at step {iterations}")
 
@@ -98,15 +97,20 @@ class RingscopeCallback(keras.callbacks.Callback):
             samples = None
             if self._global_batch_size is not None:
                 samples = self._global_batch_size // len(self._ranks) * steps
-            replicas = COLLECTOR.take()
-            for rank in self._ranks:
-                figures = replicas.get(rank)
-                data_wait = compute = comm = None
-                if figures is not None:
-                    data_wait, compute, comm = figures.data_wait_s, figures.compute_s, figures.comm_s
-                self._telemetry.step(rank, self._step - 1, self._begin_s, end_s, data_wait_s=data_wait,
-                                     compute_s=compute, comm_s=comm, comm_exposed_s=comm, samples=samples, loss=loss,
-                                     first_batch=self._first_batch, epoch=self._epoch)
+            telemetry, step, begin_s, first, epoch = (self._telemetry, self._step - 1, self._begin_s,
+                                                      self._first_batch, self._epoch)
+
+            def emit(replicas: dict[int, ReplicaFigures]) -> None:
+                for rank in self._ranks:
+                    figures = replicas.get(rank)
+                    data_wait = compute = comm = None
+                    if figures is not None:
+                        data_wait, compute, comm = figures.data_wait_s, figures.compute_s, figures.comm_s
+                    telemetry.step(rank, step, begin_s, end_s, data_wait_s=data_wait, compute_s=compute, comm_s=comm,
+                                   comm_exposed_s=comm, samples=samples, loss=loss, first_batch=first, epoch=epoch)
+
+            COLLECTOR.attach(telemetry)
+            COLLECTOR.submit(begin_s, end_s, emit)
         except Exception:  # telemetry must never stop a training
             pass
         self._first_batch = False

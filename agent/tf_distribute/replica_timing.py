@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.framework import config as op_config
@@ -54,9 +54,16 @@ from tensorflow.python.ops import control_flow_util, resource_variable_ops
 
 from ringscope.agent.tf_distribute.loop import _timestamp as _independent_timestamp
 
+if TYPE_CHECKING:
+    from ringscope.agent.runtime import Agent
+
 MAX_LOCAL_REPLICAS: Final[int] = 64
 """Replicas of one process that are timed (more is unheard of: 8 GPUs a node is the norm); others go unmeasured."""
-_COLUMNS: Final[int] = 5  # steps, data wait, compute, comm, steps without a compute/comm split
+RING_SLOTS: Final[int] = 512
+"""Steps each replica's ring holds between two reads (the sender reads every 50 ms: 10 kHz steps fit)."""
+MAX_PENDING: Final[int] = 4096
+"""Host steps waiting for their stamps at most (~80 flush intervals of 1 ms steps)."""
+_COLUMNS: Final[int] = 5  # t_in, t0, t3, comm, 1 when the step has no compute/comm split
 
 _TLS = threading.local()
 _HOOK_MARK: Final[str] = "_ringscope_replica_timing"
@@ -64,12 +71,34 @@ _HOOK_MARK: Final[str] = "_ringscope_replica_timing"
 
 @dataclass(slots=True)
 class ReplicaFigures:
-    """One replica's figures summed over the steps delivered since the last ``take`` (seconds)."""
+    """One replica's figures summed over the timed steps inside one host step (seconds)."""
 
     steps: int = 0
     data_wait_s: float = 0.0
     compute_s: float | None = 0.0
     comm_s: float | None = 0.0
+
+
+Emit = Callable[[dict[int, ReplicaFigures]], None]
+"""Turns a host step into records, given its figures per global rank (ranks without a timed step left out)."""
+
+
+@dataclass(slots=True)
+class _HostStep:
+    start_s: float
+    end_s: float
+    emit: Emit
+
+
+@dataclass(slots=True)
+class _Ring:
+    """One local replica's stamps: slot ``n % RING_SLOTS`` holds its n-th timed step; ``counter`` counts them."""
+
+    rank: int
+    counter: Any
+    table: Any
+    seen: int = 0  # steps already read
+    rows: deque[list[float]] = field(default_factory=deque)  # read, not yet matched to a host step
 
 
 @dataclass(slots=True)
@@ -81,59 +110,118 @@ class _Frame:
 
 
 class StampCollector:
-    """Per-replica sums kept in the graph, read by the step hooks: one host-resident variable of
-    ``MAX_LOCAL_REPLICAS`` rows (steps, data wait, compute, comm, steps without a split), to which each replica's
-    step adds its row with one ``ResourceScatterAdd``. Nothing calls Python inside the graph (a ``numpy_function``
-    per replica and step cost ~150 µs each on the 1.6 ms digits step), and the host reads the whole table once per
-    step (``take``), after the step's call returned: the adds depend only on host timestamps, so on GPU the read
-    waits for no kernel."""
+    """Where the replica stamps go, and how they become records, off the training thread.
+
+    Each local replica has a ring of ``RING_SLOTS`` rows (t_in, t0, t3, comm, unsplit) and a step counter, both
+    host-resident variables: its step writes its row with one ``ResourceScatterUpdate`` and then counts it. Nothing
+    calls Python inside the graph, and the training thread never reads the variables (a read right after the step
+    waits for the step's tail: ~40-90 µs, 5 % of the 1.6 ms digits step). The step hooks hand each finished host
+    step to ``submit`` (an append), and ``drain``, on the agent's sender thread every flush interval, reads the rings
+    and gives every host step the stamps whose [t_in, t3] lies inside its [start, end]: a step function call that
+    returned has written its rows, so a host step queued before the read is complete. The figures are those rows
+    summed (``steps_per_execution`` or several ``strategy.run`` per call: one record, their sums).
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._table: Any = None
-        self._ranks: dict[int, int] = {}  # row -> global rank
-        self._last: Any = None
+        self._lock = threading.Lock()  # ring creation (tracing thread) and drain (sender thread, or close)
+        self._rings: dict[int, _Ring] = {}  # local replica index -> its ring
+        self._pending: deque[_HostStep] = deque()
+        self._senders: set[int] = set()  # ids of the agents whose sender thread drains this collector
+        self.overwritten = 0  # rows lost because a ring filled before it was read (the sender was starved)
 
-    def row_for(self, rank: int, local_index: int) -> Any:
-        """The table (created on first use, outside any graph) for a replica traced now; remembers its rank."""
+    def ring_for(self, rank: int, local_index: int) -> _Ring:
+        """The ring (created on first use, outside any graph) of a replica being traced now."""
         if not 0 <= local_index < MAX_LOCAL_REPLICAS:
             raise ValueError(f"local replica {local_index} beyond the {MAX_LOCAL_REPLICAS} Ringscope times")
         with self._lock:
-            if self._table is None:
+            ring = self._rings.get(local_index)
+            if ring is None:
                 with tf.init_scope(), tf.device("/cpu:0"):
                     # ResourceVariable directly: not through the strategy's variable creator (no mirroring)
-                    self._table = resource_variable_ops.ResourceVariable(
-                        tf.zeros([MAX_LOCAL_REPLICAS, _COLUMNS], tf.float64), trainable=False,
-                        name="ringscope_replica_timing")
-                    self._last = np.zeros([MAX_LOCAL_REPLICAS, _COLUMNS])
-            self._ranks[local_index] = rank
-            return self._table
+                    ring = _Ring(rank, resource_variable_ops.ResourceVariable(
+                        tf.constant(0, tf.int64), trainable=False, name=f"ringscope_steps_{local_index}"),
+                        resource_variable_ops.ResourceVariable(
+                            tf.zeros([RING_SLOTS, _COLUMNS], tf.float64), trainable=False,
+                            name=f"ringscope_stamps_{local_index}"))
+                self._rings[local_index] = ring
+            ring.rank = rank
+            return ring
 
-    def clear(self) -> None:
-        """Forget what arrived so far (steps that were not counted, such as those before ``fit`` began)."""
-        if self._table is not None:
-            self._last = self._table.numpy()
+    def attach(self, agent: Agent) -> None:
+        """Have ``agent``'s sender thread drain this collector every flush interval (once per agent)."""
+        if id(agent) not in self._senders and agent.add_producer(self.drain):
+            self._senders.add(id(agent))
 
-    def take(self) -> dict[int, ReplicaFigures]:
-        """The sums added since the last call, per global rank (ranks with no step since then are left out)."""
-        if self._table is None:
-            return {}
-        now = self._table.numpy()
-        delta, self._last = now - self._last, now
-        figures: dict[int, ReplicaFigures] = {}
-        for row, rank in list(self._ranks.items()):
-            steps, data_wait, compute, comm, unsplit = delta[row]
-            if steps < 0.5:
-                continue
-            split = unsplit < 0.5
-            figures[rank] = ReplicaFigures(round(steps), max(0.0, float(data_wait)),
-                                           max(0.0, float(compute)) if split else None,
-                                           max(0.0, float(comm)) if split else None)
-        return figures
+    def submit(self, start_s: float, end_s: float, emit: Emit) -> None:
+        """A host step ran from ``start_s`` to ``end_s``: ``emit`` gets its figures at the next ``drain`` (at once,
+        with none, when no replica step was ever timed). Bounded: past ``MAX_PENDING`` waiting steps (nobody drains:
+        telemetry off, or a sender that died) the oldest is emitted without figures."""
+        if not self._rings:
+            emit({})
+            return
+        self._pending.append(_HostStep(start_s, end_s, emit))
+        if len(self._pending) > MAX_PENDING:
+            _emit(self._pending.popleft(), {})
+
+    def drain(self) -> None:
+        """Match the host steps queued so far with the stamps, and emit them (sender thread; ``close`` at exit)."""
+        with self._lock:
+            count = len(self._pending)
+            if not count:
+                return
+            rings = list(self._rings.values())
+            for ring in rings:
+                self._read(ring)
+            for _ in range(count):
+                host = self._pending.popleft()
+                figures: dict[int, ReplicaFigures] = {}
+                for ring in rings:
+                    summed = _sum_inside(ring.rows, host.start_s, host.end_s)
+                    if summed is not None:
+                        figures[ring.rank] = summed
+                _emit(host, figures)
+
+    def _read(self, ring: _Ring) -> None:
+        counter = int(tf.raw_ops.ReadVariableOp(resource=ring.counter.handle, dtype=tf.int64).numpy())
+        if counter == ring.seen:
+            return
+        # The counter first: every row below it is written (the step writes its row, then counts it).
+        table = tf.raw_ops.ReadVariableOp(resource=ring.table.handle, dtype=tf.float64).numpy().tolist()
+        first = max(ring.seen, counter - RING_SLOTS)
+        self.overwritten += first - ring.seen
+        ring.rows.extend(table[n % RING_SLOTS] for n in range(first, counter))
+        ring.seen = counter
+        while len(ring.rows) > RING_SLOTS:  # rows no host step claimed (steps outside any measured window)
+            ring.rows.popleft()
+
+
+def _emit(host: _HostStep, figures: dict[int, ReplicaFigures]) -> None:
+    try:
+        host.emit(figures)
+    except Exception:  # a record that cannot be built is lost, never the others
+        pass
+
+
+def _sum_inside(rows: deque[list[float]], start_s: float, end_s: float) -> ReplicaFigures | None:
+    """Pop and sum the rows (oldest first) whose step ran inside [start_s, end_s]; older ones are dropped."""
+    while rows and rows[0][0] < start_s:
+        rows.popleft()
+    steps, data_wait, span, comm, split = 0, 0.0, 0.0, 0.0, True
+    while rows and rows[0][2] <= end_s:
+        t_in, t0, t3, row_comm, unsplit = rows.popleft()
+        steps += 1
+        data_wait += max(0.0, t0 - t_in)
+        span += t3 - t0
+        comm += row_comm
+        split = split and unsplit < 0.5
+    if not steps:
+        return None
+    return ReplicaFigures(steps, data_wait, max(0.0, span - comm) if split else None,
+                          max(0.0, comm) if split else None)
 
 
 COLLECTOR: Final = StampCollector()
-"""The process's collector: the zero-code patches deliver to it, ``RingscopeCallback`` and the loop timing take."""
+"""The process's collector: the zero-code stamps go to it; ``RingscopeCallback`` and the loop timing submit to it."""
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -225,12 +313,14 @@ def install_all_reduce_hook() -> None:
 # ---- Internals -----------------------------------------------------------------------------------------------------
 
 def _timestamp() -> Any:
-    """An independent ``tf.timestamp()`` in a ``tf.function``'s own graph; a plain one inside a control-flow branch
-    (``steps_per_execution`` puts the step in a while loop and a cond), where ops marked independent are not run."""
+    """An independent ``tf.timestamp()`` on the replica's host in a ``tf.function``'s own graph; a plain one inside a
+    control-flow branch (``steps_per_execution`` puts the step in a while loop and a cond), where ops marked
+    independent are not run."""
     graph = tf.compat.v1.get_default_graph()
-    if isinstance(getattr(graph, "outer_graph", None), FuncGraph):
-        return tf.timestamp()
-    return _independent_timestamp()
+    with tf.device("/cpu:0"):
+        if isinstance(getattr(graph, "outer_graph", None), FuncGraph):
+            return tf.timestamp()
+        return _independent_timestamp()
 
 
 def _in_xla_function() -> bool:
@@ -276,22 +366,24 @@ def _producers(structure: Any) -> list[Any]:
 
 
 def _deliver_after(rank: int, t_in: Any, t0: Any, frame: _Frame, outputs: Any) -> None:
-    """The t3 stamp, and this replica's row added to the collector's table (``StampCollector``)."""
+    """The t3 stamp, and this replica's row (t_in, t0, t3, comm, unsplit) written to its ring, then counted
+    (``StampCollector``): host ops only, none on the user's path; the sums and clamps are the sender thread's."""
     measured = [pair for pair in frame.comm if pair[0] is not None]
     last_t2 = [measured[-1][1]] if measured else []
     with tf.control_dependencies([*_producers(outputs), t0, *last_t2]):
         t3 = _timestamp()
-    zero = tf.constant(0.0, tf.float64)
-    if measured and len(measured) == len(frame.comm):
-        comm = tf.add_n([t2 - t1 for t1, t2 in measured])
-        compute, unsplit = tf.maximum(zero, (t3 - t0) - comm), zero
-    else:  # no all-reduce seen (or one unmeasured): compute and comm unknown
-        comm, compute, unsplit = zero, zero, tf.constant(1.0, tf.float64)
-    local_index = _local_index(rank)
-    table = COLLECTOR.row_for(rank, local_index)
-    row = tf.stack([tf.constant(1.0, tf.float64), tf.maximum(zero, t0 - t_in), compute, comm, unsplit])
-    tf.raw_ops.ResourceScatterAdd(resource=table.handle, indices=tf.constant([local_index]),
-                                  updates=tf.expand_dims(row, 0), name="ringscope_replica_timing")
+    with tf.device("/cpu:0"):  # the replica's host: arithmetic on a GPU would copy the stamps there and back
+        if measured and len(measured) == len(frame.comm):
+            comm, unsplit = tf.add_n([t2 - t1 for t1, t2 in measured]), 0.0
+        else:  # no all-reduce seen (or one unmeasured): compute and comm unknown
+            comm, unsplit = tf.constant(0.0, tf.float64), 1.0
+        ring = COLLECTOR.ring_for(rank, _local_index(rank))
+        count = tf.raw_ops.ReadVariableOp(resource=ring.counter.handle, dtype=tf.int64)
+        row = tf.stack([t_in, t0, t3, comm, tf.constant(unsplit, tf.float64)])
+        written = tf.raw_ops.ResourceScatterUpdate(resource=ring.table.handle, indices=count % RING_SLOTS,
+                                                   updates=row, name="ringscope_replica_timing")
+        with tf.control_dependencies([written]):
+            tf.raw_ops.AssignAddVariableOp(resource=ring.counter.handle, value=tf.constant(1, tf.int64))
 
 
 def _local_index(rank: int) -> int:

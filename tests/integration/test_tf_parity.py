@@ -5,8 +5,8 @@ The script (``scripts/tf_straggler.py``, no Ringscope import) has a known truth:
 (hidden by TensorFlow's prefetch under a ~65 ms step, so ~0 data wait), and replica 1's forward pass sleeps 60 ms
 longer, so replica 0 waits ~60 ms in the gradient all-reduce of every step. Three trainings are recorded by a real
 ``ringscope record`` one after the other (sharing the 2 cores would blur the figures): Keras ``fit`` under
-MirroredStrategy (2 CPU replicas), a custom loop under MirroredStrategy, and the same loop under
-MultiWorkerMirroredStrategy (2 worker processes). ``fit`` under MultiWorker fails with Keras 3.15 + TF 2.21 without
+MirroredStrategy (2 CPU replicas), a custom loop under MirroredStrategy, one that runs 4 steps per call, and the
+loop under MultiWorkerMirroredStrategy (2 worker processes). ``fit`` under MultiWorker fails with Keras 3.15 + TF 2.21 without
 Ringscope (the script's docstring), so the MultiWorker variant is the loop. A script under another strategy trains
 unchanged and says once what is not measured.
 """
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "tf_straggler.py"
 SLOW_S, STEPS = 0.060, 40
+PER_CALL = 4  # steps per call of the "loop-multi" training's step function
 TIMEOUT_S = 180
 
 
@@ -105,6 +106,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Tra
             code, out, err = _finish(_run(endpoint, f"tf-{mode}", [str(SCRIPT), mode, "--steps", str(STEPS)], _env()))
             assert code == 0, err[-3000:]
             runs[mode] = ([out], [err])
+        code, out, err = _finish(_run(endpoint, "tf-loop-multi", [str(SCRIPT), "loop-multi", "--steps", str(STEPS),
+                                                                  "--steps-per-call", str(PER_CALL)], _env()))
+        assert code == 0, err[-3000:]
+        runs["loop-multi"] = ([out], [err])
         cluster = [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]
         workers = [_run(endpoint, "tf-loop-worker", [str(SCRIPT), "loop-worker", "--steps", str(STEPS)],
                         _env(TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
@@ -191,6 +196,24 @@ def test_the_report_names_replica_1_as_the_straggler_with_cause_compute(recorded
     assert straggler is not None, f"{mode}: no straggler named"
     assert (straggler.rank, straggler.cause) == (1, "compute")
     assert abs(straggler.gap_s - SLOW_S) <= 0.10 * SLOW_S
+
+
+def test_several_steps_per_call_give_one_record_per_call_with_their_summed_figures(
+        recorded: dict[str, Trained]) -> None:
+    """A step function that runs k steps (a ``tf.range`` loop; ``steps_per_execution`` in ``fit``) gets one record
+    per call, whose figures are the sums of its k steps, as the README says."""
+    run = recorded["loop-multi"]
+    for rank in (0, 1):
+        assert len(run.steps[rank]) == STEPS // PER_CALL - 1, run.steps[rank]  # the first call is a first batch
+    expected = PER_CALL * SLOW_S
+    stall_0 = run.median(0, "comm_exposed_s")
+    assert abs(stall_0 - expected) <= 0.10 * expected, f"stall {stall_0 * 1e3:.1f} ms for {PER_CALL} steps"
+    compute_gap = run.median(1, "compute_s") - run.median(0, "compute_s")
+    assert abs(compute_gap - expected) <= 0.10 * expected, f"compute gap {compute_gap * 1e3:.1f} ms"
+    step_script = run.printed("STEP_MS") / 1e3
+    step_ours = statistics.median(s["step_s"] for s in run.steps[0])  # type: ignore[type-var]
+    assert abs(step_ours - step_script) <= 0.10 * step_script
+    assert max(run.unknown_share(0), run.unknown_share(1)) == 0.0
 
 
 def test_a_training_under_another_strategy_trains_and_says_once_what_is_not_measured(

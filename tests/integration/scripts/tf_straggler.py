@@ -6,11 +6,15 @@ to produce. Modes:
 - ``fit``: Keras ``model.fit`` under MirroredStrategy with 2 logical CPU replicas in this process;
 - ``loop``: a custom loop under MirroredStrategy: the batch fetched with ``next(iterator)``, then a ``tf.function``
   that calls ``strategy.run``; the script times ``next()`` itself and prints ``NEXT_MS <median>``;
+- ``loop-multi``: a custom loop whose ``tf.function`` runs ``--steps-per-call`` steps (``next(iterator)`` and
+  ``strategy.run`` in a ``tf.range`` loop), as ``steps_per_execution`` does for ``fit``;
 - ``loop-worker``: the same loop as one worker of a 2-process MultiWorkerMirroredStrategy (``TF_CONFIG`` set by the
   caller; one CPU replica per worker, replica 1 is worker 1's).
 
 (``fit`` under MultiWorkerMirroredStrategy fails with Keras 3.15 + TF 2.21 without Ringscope, on arrays and on
-datasets alike: "Attempt to convert a value (PerReplica...)"; shared/ENVIRONMENT.md.)
+datasets alike: "Attempt to convert a value (PerReplica...)"; shared/ENVIRONMENT.md. ``fit`` with
+``steps_per_execution`` > 1 under MirroredStrategy fails there too, even for one Dense layer: "You must feed a value
+for placeholder tensor 'while/cond/Placeholder'", and then hangs at exit; hence ``loop-multi``.)
 
 Prints ``STEP_MS <median step time over the steady steps>`` measured with its own stopwatch.
 """
@@ -117,7 +121,21 @@ def run_loop(strategy: tf.distribute.Strategy, args: argparse.Namespace) -> list
     def train_step(x, y):
         return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
 
+    @tf.function
+    def train_steps(iterator):  # several steps per call: the loop runs in the graph
+        total = tf.constant(0.0)
+        for _ in tf.range(args.steps_per_call):
+            x, y = next(iterator)
+            total += strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
+        return total
+
     steps_ms, next_ms = [], []
+    if args.mode == "loop-multi":
+        for _ in range(args.steps // args.steps_per_call):
+            started = time.perf_counter()
+            train_steps(iterator).numpy()
+            steps_ms.append((time.perf_counter() - started) * 1e3)
+        return steps_ms
     for _ in range(args.steps):
         started = time.perf_counter()
         x, y = next(iterator)
@@ -131,10 +149,11 @@ def run_loop(strategy: tf.distribute.Strategy, args: argparse.Namespace) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["fit", "loop", "loop-worker"])
+    parser.add_argument("mode", choices=["fit", "loop", "loop-multi", "loop-worker"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--slow-ms", type=float, default=60.0)
     parser.add_argument("--batch-ms", type=float, default=40.0)
+    parser.add_argument("--steps-per-call", type=int, default=4)
     args = parser.parse_args()
     if args.mode == "loop-worker":
         strategy: tf.distribute.Strategy = tf.distribute.MultiWorkerMirroredStrategy()
