@@ -13,7 +13,7 @@ step itself.
 
 Per replica, in both: the function handed to ``strategy.run`` while a ``tf.function`` is traced (Keras's
 ``train_step`` included) is wrapped by ``ringscope.agent.tf_distribute.replica_timing``, which stamps it in the
-graph: data wait inside the graph, compute, all-reduce time and AllReduce stall, read once after each step. A
+graph: data wait inside the graph, compute, all-reduce time and AllReduce stall, read on the agent's thread. A
 custom loop that fetches its batch eagerly with ``next(iterator)`` on a distributed iterator before the call adds
 that host wait to ``data_wait_s``. Not timed, with one stderr line: strategies other than the two data-parallel
 ones, XLA-compiled steps, op determinism (``replica_timing.untimed_reason``). ``evaluate``/``predict`` and eager

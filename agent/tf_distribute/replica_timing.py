@@ -21,13 +21,13 @@ with the definitions of ``ringscope.agent.tf_distribute.loop`` (and of DDP):
 
 The optimizer's variable updates after the all-reduce run in parallel with the step's last ops and are not waited
 for by t3 (no edge is added into the user's work); what they take beyond t3 shows as *other* (step - data - compute
-- comm). With ``steps_per_execution = k`` each execution delivers k stamps per replica and the record of that
-execution carries their sums (one record per execution, as ``RingscopeCallback`` numbers them).
+- comm). A call that runs k steps (``steps_per_execution = k``, or a ``tf.range`` loop around ``strategy.run``)
+delivers k rows per replica, and the record of that call carries their sums.
 
-Each replica's step adds its figures to one row of a host-resident table (``StampCollector``) with one scatter-add,
-a host op whose inputs are host timestamps, so it adds no device synchronization (on GPU, the stamps mark when the
-ops they follow were *enqueued* or completed, as ``loop`` explains; ``benchmarks/gpu_check_tf.py`` compares them
-with host timing there). The step hooks read the table once after each step's call and keep the difference.
+Each replica's step writes its row to its own host-resident ring (``StampCollector``) with one scatter, host ops
+whose inputs are host timestamps, so they add no device synchronization (on GPU, the stamps mark when the ops they
+follow were *enqueued* or completed, as ``loop`` explains; ``benchmarks/gpu_check_tf.py`` compares them with host
+timing there). The step hooks only queue the host step; the agent's sender thread reads the rings.
 
 Every timestamp is an independent side effect (``loop._timestamp``): only the edges written here order it, and
 none of them points into the user's computation. XLA-compiled functions (``jit_compile=True``)
