@@ -3,12 +3,12 @@ stall per replica, and the report names the straggler with its cause.
 
 The script (``scripts/tf_straggler.py``, no Ringscope import) has a known truth: every batch takes 40 ms to produce
 (hidden by TensorFlow's prefetch under a ~65 ms step, so ~0 data wait), and replica 1's forward pass sleeps 60 ms
-longer, so replica 0 waits ~60 ms in the gradient all-reduce of every step. Three trainings are recorded by a real
+longer, so replica 0 waits ~60 ms in the gradient all-reduce of every step. Four trainings are recorded by a real
 ``ringscope record`` one after the other (sharing the 2 cores would blur the figures): Keras ``fit`` under
-MirroredStrategy (2 CPU replicas), a custom loop under MirroredStrategy, one that runs 4 steps per call, and the
-loop under MultiWorkerMirroredStrategy (2 worker processes). ``fit`` under MultiWorker fails with Keras 3.15 + TF 2.21 without
-Ringscope (the script's docstring), so the MultiWorker variant is the loop. A script under another strategy trains
-unchanged and says once what is not measured.
+MirroredStrategy (2 CPU replicas), a custom loop under MirroredStrategy, one that runs 4 steps per call, and the loop
+under MultiWorkerMirroredStrategy (2 worker processes). ``fit`` under MultiWorker fails with Keras 3.15 + TF 2.21
+without Ringscope (the script's docstring), so the MultiWorker variant is the loop. A script under another strategy
+trains unchanged and says once what is not measured.
 """
 
 from __future__ import annotations

@@ -70,6 +70,37 @@ class _Run:
     rank_agent: dict[int, str] = field(default_factory=dict)  # which agent reports each rank
     last_step_recv_s: float = math.nan  # when the latest step of any rank arrived
     hang: HangVerdict | None = None
+    # Kept as agents join (``join``), so a runs-table row costs O(1) at 8 192 agents, not a pass over them:
+    started_s: float = math.inf
+    last_message_s: float = -math.inf
+    world_size: int = 0
+    hosts: set[str] = field(default_factory=set)
+
+    def join(self, agent_id: str, hello: Hello) -> None:
+        """An agent's Hello (first or repeated)."""
+        self.agents[agent_id] = hello
+        self.started_s = min(self.started_s, hello.started_s)
+        self.world_size = max(self.world_size, hello.world_size)
+        self.hosts.add(hello.host)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowFacts:
+    """A copy of what a runs-table row reads of a ``_Run``, taken under ``LiveRuns._lock``: the row itself is built
+    outside it, while the collector thread goes on adding agents and messages to the run."""
+
+    run_id: str
+    first_hello: Hello
+    started_s: float
+    world_size: int
+    hosts: int
+    last_message_s: float
+    state: str
+    ended_s: float
+    launch: LaunchOutcome | None
+    recorded: bool
+    store: LiveStore | None
+    frozen: RunRow | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +255,9 @@ class LiveRuns:
         if not agents:
             return
         with self._lock:
-            run = _Run(info.run_id, store, agents[0], agents={h.agent_id: h for h in agents},
-                       state=info.state, recorded=True, ended_s=info.end_s)
+            run = _Run(info.run_id, store, agents[0], state=info.state, recorded=True, ended_s=info.end_s)
+            for agent in agents:
+                run.join(agent.agent_id, agent)
             run.launch = LaunchOutcome(info.state, info.exit_code, info.end_s, info.detail) \
                 if info.exit_code is not None else None
             self._runs[info.run_id] = run
@@ -288,9 +320,9 @@ class LiveRuns:
         now = time.time() if now_s is None else now_s
         if refresh:
             self.refresh(now)
-        with self._lock:
-            runs = list(self._runs.values())
-        return [self._row(run, now) for run in runs]
+        with self._lock:  # the collector thread adds agents and messages: copy what a row reads, under the lock
+            facts = [self._facts(run) for run in self._runs.values()]
+        return [self._row(run, now) for run in facts]
 
     # ---- Internals -----------------------------------------------------------------------------------------------
 
@@ -308,7 +340,7 @@ class LiveRuns:
             self._version += 1
         if agent_id not in run.agents and run.state in ENDED_STATES and run.launch is None:
             run.finished.discard(agent_id)  # an agent (re)joins an ended run: it goes on (torchrun restart)
-        run.agents[agent_id] = hello
+        run.join(agent_id, hello)
         self._run_of_agent[agent_id] = hello.run_id
         return run
 
@@ -329,6 +361,7 @@ class LiveRuns:
 
     def _note(self, run: _Run, batch: Batch, recv_s: float) -> None:
         run.last_seen[batch.agent_id] = recv_s
+        run.last_message_s = max(run.last_message_s, recv_s)
         for record in batch.records:
             if isinstance(record, Step):
                 run.last_step_recv_s = recv_s
@@ -398,7 +431,7 @@ class LiveRuns:
 
     @staticmethod
     def _last_message(run: _Run) -> float:
-        return max(run.last_seen.values(), default=run.first_hello.started_s)
+        return run.last_message_s if math.isfinite(run.last_message_s) else run.first_hello.started_s
 
     def _release_old(self, now: float, room: int = 0) -> None:
         """Release the stores of the oldest ended runs beyond ``max_runs`` (less ``room`` for runs about to come)."""
@@ -408,29 +441,36 @@ class LiveRuns:
                 if run.state not in ENDED_STATES:  # every rank said goodbye since the last refresh: say so now
                     run.state = FINISHED
                     run.ended_s = self._end_time(run, now)
-                run.frozen = replace(self._row(run, now), in_memory=False)
+                run.frozen = replace(self._row(self._facts(run), now), in_memory=False)
                 run.store = None
                 log.info("run %s released from memory (more than %d runs); its recording keeps it",
                          run.run_id, self._max_runs)
 
-    def _row(self, run: _Run, now: float) -> RunRow:
+    def _facts(self, run: _Run) -> _RowFacts:
+        """What ``_row`` reads of a run's book-keeping, copied (call with the lock held)."""
+        return _RowFacts(run.run_id, run.first_hello, run.started_s, run.world_size, len(run.hosts),
+                         self._last_message(run), run.state, run.ended_s, run.launch, run.recorded, run.store,
+                         run.frozen)
+
+    @staticmethod
+    def _row(run: _RowFacts, now: float) -> RunRow:
+        """A runs-table row; the store's snapshot is taken here, outside ``LiveRuns._lock``."""
         if run.store is None and run.frozen is not None:
             return run.frozen
         hello = run.first_hello
         snap = run.store.recent_snapshot(now) if run.store is not None else None
-        started = min(h.started_s for h in run.agents.values())
+        started = run.started_s
         ended = run.ended_s
         if run.recorded and not math.isfinite(ended) and snap is not None:
             now = snap.latest_end_s if math.isfinite(snap.latest_end_s) else now  # a recording's "now" is its end
         duration = max(0.0, (ended if math.isfinite(ended) else now) - started)
-        priced = max(0.0, (ended if math.isfinite(ended) else self._last_message(run)) - started)
+        priced = max(0.0, (ended if math.isfinite(ended) else run.last_message_s) - started)
         ranks = len(snap.ranks) if snap is not None else 0
         gpus = len(snap.gpus) if snap is not None else 0
         return RunRow(
             run_id=run.run_id, framework=hello.framework, strategy=hello.strategy,
-            world_size=max([h.world_size for h in run.agents.values()] + [ranks]), ranks=ranks,
-            hosts=len({h.host for h in run.agents.values()}), state=run.state, started_s=started, ended_s=ended,
-            duration_s=duration, priced_s=priced, steps=snap.steps_total if snap is not None else 0,
+            world_size=max(run.world_size, ranks), ranks=ranks, hosts=run.hosts, state=run.state, started_s=started,
+            ended_s=ended, duration_s=duration, priced_s=priced, steps=snap.steps_total if snap is not None else 0,
             samples_per_s=snap.samples_per_s if snap is not None else math.nan,
             steps_per_s=snap.steps_per_s if snap is not None else math.nan,
             idle_share=snap.idle_share if snap is not None else math.nan,

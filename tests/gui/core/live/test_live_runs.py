@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from ringscope.gui.core.live.runs import PENDING_PER_AGENT, LiveRuns
 from ringscope.gui.core.live.snapshot import STATE_FINISHED, STATE_LOST, STATE_STOPPED
 
 T0 = 1_700_000_000.0
+AGENTS = 8192
 
 
 def hello(run_id: str, agent_id: str, ranks: list[int], *, framework: str = "pytorch", strategy: str = "ddp",
@@ -196,3 +199,32 @@ def test_a_host_whose_clock_is_two_seconds_ahead_is_shown_on_the_collectors_cloc
     ends = {r: data.steps_of(r)["end_s"] for r in (0, 1)}
     assert np.abs(ends[0] - ends[1]).max() < 0.001
     assert ends[0][0] == pytest.approx(T0 + 0.1)
+
+
+def test_the_runs_table_is_built_safely_while_agents_keep_joining() -> None:
+    """The collector thread registers agents while the window's side builds rows: 8 192 ranks joining made the
+    ingest process crash with "dictionary changed size during iteration" in the row builder."""
+    runs, joined, stop = LiveRuns(), [0], threading.Event()
+    runs.on_batch(batch("a0", [hello("big", "a0", [0], world=AGENTS)]), T0)
+
+    def collector() -> None:
+        for r in range(1, AGENTS):
+            runs.on_batch(batch(f"a{r}", [hello("big", f"a{r}", [r], world=AGENTS)]), T0 + r * 1e-4)
+            joined[0] = r + 1
+        stop.set()
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows: the race shows within a few rows
+    thread = threading.Thread(target=collector)
+    built = 0
+    try:
+        thread.start()
+        while not stop.is_set():
+            row = runs.rows(now_s=T0 + 1.0, refresh=built % 2 == 0)[0]
+            assert row.hosts == 1 and row.started_s == T0 and row.world_size == AGENTS
+            built += 1
+    finally:
+        sys.setswitchinterval(previous)
+        thread.join()
+    assert joined[0] == AGENTS and built > 10
+    assert runs.rows(now_s=T0 + 1.0)[0].world_size == AGENTS
