@@ -61,6 +61,9 @@ MAX_RUN_IDS: Final[int] = 256
 
 _POLL_MS: Final[int] = 100  # how long close() may wait for the loop to notice
 _DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-checking the stop flag
+_QUIET_MS: Final[int] = 100  # at close: this long without a message means everything on its way has arrived
+CLOSE_DRAIN_S: Final[float] = 2.0
+"""How long ``close`` reads messages still on their way at most (agents still sending keep it that long)."""
 _LOG_EVERY_S: Final[float] = 10.0  # rate limit of repeated warnings (per reason)
 _HANDSHAKE_FAILED: Final[int] = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                                  | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
@@ -103,6 +106,7 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._closed = False
+        self._drain_until = 0.0
         self._last_log: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
@@ -157,16 +161,23 @@ class Collector:
         with self._lock:
             return replace(self._counters, rejected=dict(self._counters.rejected))
 
-    def close(self, timeout_s: float = 2.0) -> None:
-        """Stop receiving and release the socket. Idempotent; returns within about ``timeout_s``."""
+    def close(self, timeout_s: float = 2.0, drain_s: float = CLOSE_DRAIN_S) -> None:
+        """Stop receiving and release the socket. Idempotent; returns within about ``timeout_s + drain_s``.
+
+        What is already on its way (queued in ZeroMQ for this socket, in the agents' pipes and TCP buffers) is read
+        first, until nothing arrived for ``_QUIET_MS`` or for at most ``drain_s``: stopping right after the agents
+        sent everything loses nothing (closing the socket would drop those messages, uncounted: no later message
+        shows their gap).
+        """
         if self._closed:
             return
         self._closed = True
+        self._drain_until = time.monotonic() + drain_s
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout_s)
+            self._thread.join(timeout_s + drain_s)
             if self._thread.is_alive():
-                log.warning("collector thread did not stop within %.1f s (a sink is blocking?)", timeout_s)
+                log.warning("collector thread did not stop within %.1f s (a sink is blocking?)", timeout_s + drain_s)
                 return  # the thread still owns the socket; it is a daemon and dies with the process
         if self._context is not None:
             self._release(self._context, self._socket)
@@ -255,6 +266,31 @@ class Collector:
             except Exception as exc:  # never let one bad message end ingest
                 self._warn("internal", f"unexpected error while handling a message: {exc!r}")
                 log.debug("collector error", exc_info=True)
+        self._drain(socket)
+
+    def _drain(self, socket: zmq.Socket) -> None:
+        """At close: read what is on its way until the socket is quiet (see ``close``)."""
+        read = 0
+        try:
+            while True:
+                left_s = self._drain_until - time.monotonic()
+                if not socket.poll(_QUIET_MS if left_s > 0 else 0, zmq.POLLIN):
+                    break  # quiet: everything that was on its way has arrived
+                if left_s <= 0:
+                    log.warning("collector: agents were still sending when it closed; %d message(s) read while "
+                                "closing, later ones are not received", read)
+                    break
+                for _ in range(_DRAIN_MAX):
+                    try:
+                        data = socket.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._handle(data)
+                    read += 1
+        except Exception as exc:  # closing must finish: what could not be read is the agents' to report as dropped
+            log.warning("collector: reading the last messages at close failed: %r", exc)
+        if read:
+            log.info("collector: %d message(s) that were on their way read at close", read)
 
     def _handle(self, data: bytes) -> None:
         recv_s = time.time()

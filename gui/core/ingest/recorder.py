@@ -46,6 +46,9 @@ from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S: Final[float] = 0.2
+CLOSE_STALL_S: Final[float] = 10.0
+"""``close`` gives up on a writer that made no progress for this long (a hung disk), never on a slow one."""
+_PROGRESS_OPS: Final[int] = 20_000  # SQLite VM steps between two progress marks (~1 ms of inserting)
 TRANSIT_WRITE_S: Final[float] = 2.0  # how often the per-agent transit statistics are rewritten
 FLUSH_BYTES: Final[int] = 8 * 1024 * 1024
 """The writer commits every ``FLUSH_INTERVAL_S`` or as soon as this many bytes (~25 000 steps) are waiting."""
@@ -93,6 +96,8 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._connection: sqlite3.Connection | None = None
         self._rows_written = 0
+        self._progress = 0  # SQLite progress marks: a long transaction or index build moving
+        self._in_flight_records = 0  # records the writer took from the queue and has not committed yet
         # written by the collector's thread only
         self._dropped_records = 0
         self._unstored_gaps: Counter[str] = Counter()  # "gaps" / "missing" of gap rows the full queue refused
@@ -140,6 +145,7 @@ class Recorder:
                 **self._meta,
             }
             connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items())
+        connection.set_progress_handler(self._on_progress, _PROGRESS_OPS)
         self._connection = connection
         self._thread = threading.Thread(target=self._run, name="ringscope-recorder", daemon=True)
         self._thread.start()
@@ -175,19 +181,36 @@ class Recorder:
                 total += candidate.stat().st_size
         return total
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Write everything received so far, build indexes, and close the file. Idempotent."""
+    def close(self, timeout_s: float = CLOSE_STALL_S) -> None:
+        """Write everything received so far, build indexes, and close the file. Idempotent.
+
+        Waits as long as the writer makes progress (a backlog of hundreds of MB takes a while, and every row of it
+        was received); gives up only after ``timeout_s`` without any (a hung disk). What is then still unwritten
+        is counted in ``write_errors``, never lost silently.
+        """
         if self._closed:
             return
         self._closed = True
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                log.error("recorder did not finish writing %s within %.1f s; the file holds what was committed",
-                          self.path, timeout_s)
-                return
+            last: tuple[int, int, int] | None = None
+            idle_since = time.monotonic()
+            while True:
+                self._thread.join(min(0.25, timeout_s))
+                if not self._thread.is_alive():
+                    break
+                mark, now = (self._progress, self._rows_written, len(self._queue)), time.monotonic()
+                if mark != last:
+                    last, idle_since = mark, now
+                elif now - idle_since >= timeout_s:
+                    unwritten = self._in_flight_records + sum(
+                        len(item[1].records) for item in list(self._queue) if item[0] == "batch")
+                    self._write_errors += unwritten
+                    self._last_write_error = (f"the writer made no progress for {timeout_s:g} s at close (is the "
+                                              f"disk hung?): {unwritten} record(s) not written")
+                    log.error("%s: %s; the file holds what was committed", self.path, self._last_write_error)
+                    return
         if self._write_errors:
             log.error("%d row(s) could not be written to %s (last error: %s); the file holds everything else",
                       self._write_errors, self.path, self._last_write_error)
@@ -270,11 +293,18 @@ class Recorder:
         items = [queue.popleft() for _ in range(len(queue))]
         if not items:
             return
+        self._in_flight_records = sum(len(item[1].records) for item in items if item[0] == "batch")
         try:
             self._write_items(connection, items)
         finally:
             # Released only now: until written, the items are still in memory (the budget bounds both together).
             self._dequeued_bytes += sum(item[3] for item in items)
+            self._in_flight_records = 0
+
+    def _on_progress(self) -> int:
+        """SQLite's progress handler (every ``_PROGRESS_OPS`` VM steps): ``close`` sees a long write move."""
+        self._progress += 1
+        return 0
 
     def _write_items(self, connection: sqlite3.Connection, items: list[tuple[str, Any, float, int]]) -> None:
         rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in FIELDS}
@@ -282,6 +312,7 @@ class Recorder:
         counts = self._counts
         touched: set[str] = set()
         for what, payload, ts, _ in items:
+            self._progress += 1
             if what == "batch":
                 self._batch_rows(payload, ts, rows)
                 touched.add(payload.agent_id)

@@ -200,3 +200,38 @@ def resource_hard_limit() -> int:
     import resource
 
     return int(resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+
+
+class SlowSink(ListSink):
+    """A real sink that takes its time (a recorder's disk, live runs at many ranks): the collector falls behind."""
+
+    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
+        time.sleep(0.0005)
+        super().on_batch(batch, recv_s)
+
+
+def test_close_reads_what_is_already_on_its_way_before_it_stops() -> None:
+    """Stopping right after the agents sent everything loses nothing still queued in ZeroMQ: ``ringscope record``
+    stopped 3 s after 8 192 ranks finished once stored 617 952 of 655 360 rows, with no gap counted (the old close
+    kept 1 000 of these 2 000 messages)."""
+    import zmq
+
+    sink, peers, messages = SlowSink(), 20, 100
+    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
+    context = zmq.Context()
+    pushes = [context.socket(zmq.PUSH) for _ in range(peers)]
+    try:
+        for push in pushes:
+            push.connect(collector.endpoint)
+        time.sleep(0.2)  # connected: nothing waits for the connection itself
+        for seq in range(messages):
+            for peer, push in enumerate(pushes):
+                push.send(wire.encode(f"agent-{peer}", seq, 100.0, [Step(0, seq, 100.0, 100.5, 0.5)]))
+        assert wait_for(lambda: len(sink.batches) >= 20)
+        collector.close()
+        assert len(sink.batches) == peers * messages and collector.counters.gaps == 0
+    finally:
+        collector.close()
+        for push in pushes:
+            push.close(0)
+        context.term()

@@ -99,3 +99,45 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking_the_collector(tmp_pat
         assert con.execute('SELECT COUNT(*) FROM "step"').fetchone()[0] == recorder.rows_written
     finally:
         con.close()
+
+
+def test_close_waits_for_the_writer_while_it_makes_progress(tmp_path: Path) -> None:
+    """A recorder far behind at close (8 192 ranks: hundreds of MB queued) writes until everything is in the file;
+    the old close gave up after a fixed 10 s, and the process exited with rows unwritten and no error counted."""
+    path = tmp_path / "behind.db"
+    recorder = Recorder(path).start()
+    recorder.on_batch(wire.Batch("a1", 0, 1.0, (1, 0), [_hello("a1")]), 5.0)
+    for seq in range(1, 301):
+        steps = [Step(r % 2, seq * 1000 + r, 1.0, 2.0, 1.0, comm_exposed_s=0.1) for r in range(1000)]
+        recorder.on_batch(wire.Batch("a1", seq, 1.0, (1, 0), steps), 6.0)
+    # 300 000 rows take ~2 s to write here; the longest stretch without progress (committing them) ~0.3 s
+    recorder.close(timeout_s=1.0)
+    assert recorder.rows_written == 1 + 300_000 and recorder.write_errors == 0
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute('SELECT COUNT(*) FROM "step"').fetchone()[0] == 300_000
+    finally:
+        con.close()
+
+
+def test_a_writer_that_stops_making_progress_is_given_up_on_and_what_it_held_is_counted(tmp_path: Path) -> None:
+    """A hung disk: another connection holds the file's write lock, so the writer waits inside SQLite (busy
+    timeout) and moves no further; close gives up after its stall time and counts every record it did not write."""
+    path = tmp_path / "locked.db"
+    recorder = Recorder(path).start()
+    recorder.on_batch(wire.Batch("a1", 0, 1.0, (1, 0), [_hello("a1")]), 5.0)
+    deadline = time.monotonic() + 10
+    while recorder.rows_written < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    blocker = sqlite3.connect(path, timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")  # holds the write lock until rolled back
+    try:
+        for seq in range(1, 6):
+            recorder.on_batch(wire.Batch("a1", seq, 1.0, (1, 0), [Step(0, seq, 1.0, 2.0, 1.0)] * 10), 6.0)
+        started = time.monotonic()
+        recorder.close(timeout_s=0.5)
+        assert time.monotonic() - started < 5.0
+        assert recorder.write_errors == 50 and "no progress" in (recorder.last_write_error or "")
+    finally:
+        blocker.rollback()
+        blocker.close()
