@@ -55,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Record until interrupted; 0 on a clean stop, 1 when rows could not be written to the file, 2 when the file,
-    endpoint or key file cannot be used."""
+    """Record until interrupted; 0 on a clean stop, 1 when received rows are not in the file (write errors, or
+    dropped because the writer fell behind), 2 when the file, endpoint or key file cannot be used."""
     keys, code = secure_keys(args, "record")
     if code:
         return code
@@ -116,13 +116,17 @@ def run(args: argparse.Namespace) -> int:
     counters = collector.counters
     print(f"ringscope record: stopped; {recorder.rows_written} records from {counters.agents} agent(s) in "
           f"{recorder.path} ({recorder.file_bytes / 1e6:.1f} MB); gaps {counters.gaps}, joined late "
-          f"{counters.joined_late}, rejected {counters.rejected_total}", file=sys.stderr, flush=True)
+          f"{counters.joined_late}, rejected {counters.rejected_total}, dropped {recorder.dropped_records}",
+          file=sys.stderr, flush=True)
+    if recorder.dropped_records:
+        print(f"ringscope record: {recorder.dropped_records} received record(s) were dropped, not written: the "
+              f"writer fell more than --queue-mb {args.queue_mb} MB behind the agents (this machine could not keep "
+              "up); the file holds everything else", file=sys.stderr, flush=True)
     if recorder.write_errors:
         print(f"ringscope record: {recorder.write_errors} row(s) could not be written to {recorder.path} (last "
               f"error: {recorder.last_write_error}); the file holds everything else; check the disk's free space "
               "and health", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return 1 if recorder.write_errors or recorder.dropped_records else 0
 
 
 def _watch(watcher: RunWatcher) -> None:

@@ -74,6 +74,32 @@ def test_sigterm_stops_cleanly_with_everything_flushed(recording) -> None:
     assert summary["steps_per_rank"] == {"0": 3000} and summary["run_ids"] == ["cli"] and summary["complete"]
 
 
+def test_records_dropped_because_the_writer_fell_behind_are_said_and_fail_the_exit_code(tmp_path: Path) -> None:
+    """A flood into a 1 MB write queue: what the recorder drops is in the last line and the exit code, never only in
+    an earlier progress line (8 192 ranks once ended "stopped; ... gaps 0" and exit 0 with 144 458 dropped)."""
+    out = tmp_path / "flood.db"
+    proc = _cli("record", "--out", str(out), "--bind", "tcp://127.0.0.1:0", "--progress-s", "0", "--queue-mb", "1")
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().split("listening on ")[1].split(",")[0]
+        telemetry = agent.start(framework="other", strategy="ddp", endpoint=endpoint, run_id="flood",
+                                sample_devices=False, queue_capacity=400_000)
+        for i in range(200_000):
+            telemetry.step(0, i, 1.0 + i, 1.5 + i, data_wait_s=0.1, compute_s=0.2, comm_s=0.1, comm_exposed_s=0.1)
+        telemetry.close(10.0)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    dropped = int(err.split(", dropped ")[1].split()[0])
+    assert proc.returncode == 1 and dropped > 0, err
+    assert f"{dropped} received record(s) were dropped, not written" in err
+    # every step is in the file or counted as dropped (the count also holds the few hello/health records dropped)
+    assert 200_000 - dropped <= _count_steps(out) <= 200_000 - dropped + 3
+
+
 def test_sigkill_leaves_a_readable_file_with_everything_committed(recording) -> None:
     proc, endpoint, out = recording
     telemetry = agent.start(framework="other", strategy="ddp", endpoint=endpoint, run_id="kill", sample_devices=False)
