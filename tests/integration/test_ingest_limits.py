@@ -237,8 +237,10 @@ def test_a_flood_of_large_valid_messages_stays_bounded_in_memory_and_counts_its_
     assert _wait(lambda: accounted() == messages * per_message, 120)
     peak_mb = recording.peak_growth_mb()
     code, err = recording.stop()
-    assert code == 0, err
     summary = summarize(recording.out)
+    dropped = summary["recorder_dropped_records"]
+    # drops are counted in the file and said in the last line; they make the exit code 1 (a recording with holes)
+    assert code == (1 if dropped else 0) and (not dropped or f"{dropped} received record(s) were dropped" in err), err
     written = len(load(recording.out).events)
     print(f"flood: {messages} x {len(payload) / 1e6:.1f} MB, {written} events written, "
           f"{summary['recorder_dropped_records']} dropped (counted), peak RSS +{peak_mb:.0f} MB")
