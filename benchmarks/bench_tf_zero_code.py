@@ -139,11 +139,10 @@ def _measure(strategy: Any, spec: tuple[str, int, int, int, tuple[int, int], int
 
             def emit(figures: dict[int, Any]) -> None:  # on the agent's sender thread, as in tf_patch's LoopTiming
                 for rank in ranks:
-                    one = figures.get(rank)
-                    complete.append(one is not None and one.compute_s is not None)
-                    telemetry.step(rank, step_index, started, end, data_wait_s=one.data_wait_s if one else None,
-                                   compute_s=one.compute_s if one else None, comm_s=one.comm_s if one else None,
-                                   comm_exposed_s=one.comm_s if one else None)
+                    data_wait, compute, comm = replica_timing.phases(figures.get(rank))
+                    complete.append(compute is not None)
+                    telemetry.step(rank, step_index, started, end, data_wait_s=data_wait, compute_s=compute,
+                                   comm_s=comm, comm_exposed_s=comm)
 
             replica_timing.COLLECTOR.submit(started, end, emit)
             counter[0] += 1

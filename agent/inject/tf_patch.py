@@ -93,7 +93,6 @@ class ProcessTelemetry:
     @staticmethod
     def _close(agent: Agent) -> None:
         try:
-            replica_timing.COLLECTOR.drain()  # the last steps, before the sender stops
             agent.close()
         except Exception as exc:
             guard.failed("closing", exc)
@@ -140,12 +139,7 @@ class LoopTiming:
 
         def emit(replicas: dict[int, replica_timing.ReplicaFigures]) -> None:
             for index, rank in enumerate(ranks):
-                figures = replicas.get(rank)
-                if figures is None:
-                    data_wait, compute, comm = host_wait, None, None
-                else:  # the batch fetched before the call (host) plus any wait for it inside the graph
-                    data_wait = (host_wait or 0.0) + figures.data_wait_s
-                    compute, comm = figures.compute_s, figures.comm_s
+                data_wait, compute, comm = replica_timing.phases(replicas.get(rank), host_wait)
                 agent.step(rank, step, start_s, end_s, data_wait_s=data_wait, compute_s=compute, comm_s=comm,
                            comm_exposed_s=comm, samples=None if samples is None else samples[index], first_batch=first)
 

@@ -15,7 +15,7 @@ import keras
 
 from ringscope.agent.runtime import Agent
 from ringscope.agent.schema import EventKind
-from ringscope.agent.tf_distribute.replica_timing import COLLECTOR, ReplicaFigures
+from ringscope.agent.tf_distribute.replica_timing import COLLECTOR, ReplicaFigures, phases
 
 
 class RingscopeCallback(keras.callbacks.Callback):
@@ -102,10 +102,7 @@ class RingscopeCallback(keras.callbacks.Callback):
 
             def emit(replicas: dict[int, ReplicaFigures]) -> None:
                 for rank in self._ranks:
-                    figures = replicas.get(rank)
-                    data_wait = compute = comm = None
-                    if figures is not None:
-                        data_wait, compute, comm = figures.data_wait_s, figures.compute_s, figures.comm_s
+                    data_wait, compute, comm = phases(replicas.get(rank))
                     telemetry.step(rank, step, begin_s, end_s, data_wait_s=data_wait, compute_s=compute, comm_s=comm,
                                    comm_exposed_s=comm, samples=samples, loss=loss, first_batch=first, epoch=epoch)
 

@@ -69,14 +69,23 @@ _TLS = threading.local()
 _HOOK_MARK: Final[str] = "_ringscope_replica_timing"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ReplicaFigures:
-    """One replica's figures summed over the timed steps inside one host step (seconds)."""
+    """One replica's figures summed over the timed steps inside one host step (seconds; None: no compute/comm
+    split, an all-reduce went unmeasured)."""
 
-    steps: int = 0
-    data_wait_s: float = 0.0
-    compute_s: float | None = 0.0
-    comm_s: float | None = 0.0
+    data_wait_s: float
+    compute_s: float | None
+    comm_s: float | None
+
+
+def phases(figures: ReplicaFigures | None, host_wait_s: float | None = None
+           ) -> tuple[float | None, float | None, float | None]:
+    """(data wait, compute, comm) of one rank's record: the host's wait before the call (a custom loop's eager
+    ``next(iterator)``) plus the in-graph wait; compute and comm unknown without figures."""
+    if figures is None:
+        return host_wait_s, None, None
+    return (host_wait_s or 0.0) + figures.data_wait_s, figures.compute_s, figures.comm_s
 
 
 Emit = Callable[[dict[int, ReplicaFigures]], None]
@@ -216,8 +225,7 @@ def _sum_inside(rows: deque[list[float]], start_s: float, end_s: float) -> Repli
         split = split and unsplit < 0.5
     if not steps:
         return None
-    return ReplicaFigures(steps, data_wait, max(0.0, span - comm) if split else None,
-                          max(0.0, comm) if split else None)
+    return ReplicaFigures(data_wait, max(0.0, span - comm) if split else None, max(0.0, comm) if split else None)
 
 
 COLLECTOR: Final = StampCollector()

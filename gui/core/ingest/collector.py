@@ -251,14 +251,7 @@ class Collector:
                     continue
                 if self._monitor is not None and self._monitor in ready:
                     self._handshake_failed()
-                for _ in range(_DRAIN_MAX):
-                    try:
-                        # Agents send one frame per message; a stray multi-part message is read frame by frame
-                        # and each frame is judged on its own (copying small frames is faster than Frame objects).
-                        data = socket.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._handle(data)
+                self._read_ready(socket)
             except zmq.ZMQError as exc:
                 if self._stop.is_set():
                     break
@@ -280,17 +273,23 @@ class Collector:
                     log.warning("collector: agents were still sending when it closed; %d message(s) read while "
                                 "closing, later ones are not received", read)
                     break
-                for _ in range(_DRAIN_MAX):
-                    try:
-                        data = socket.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._handle(data)
-                    read += 1
+                read += self._read_ready(socket)
         except Exception as exc:  # closing must finish: what could not be read is the agents' to report as dropped
             log.warning("collector: reading the last messages at close failed: %r", exc)
         if read:
             log.info("collector: %d message(s) that were on their way read at close", read)
+
+    def _read_ready(self, socket: zmq.Socket) -> int:
+        """Handle the messages waiting on ``socket``, at most ``_DRAIN_MAX``; returns how many."""
+        for read in range(_DRAIN_MAX):
+            try:
+                # Agents send one frame per message; a stray multi-part message is read frame by frame and each
+                # frame is judged on its own (copying small frames is faster than Frame objects).
+                data = socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return read
+            self._handle(data)
+        return _DRAIN_MAX
 
     def _handle(self, data: bytes) -> None:
         recv_s = time.time()

@@ -204,8 +204,7 @@ class Recorder:
                 if mark != last:
                     last, idle_since = mark, now
                 elif now - idle_since >= timeout_s:
-                    unwritten = self._in_flight_records + sum(
-                        len(item[1].records) for item in list(self._queue) if item[0] == "batch")
+                    unwritten = self._in_flight_records + _records_in(list(self._queue))
                     self._write_errors += unwritten
                     self._last_write_error = (f"the writer made no progress for {timeout_s:g} s at close (is the "
                                               f"disk hung?): {unwritten} record(s) not written")
@@ -293,7 +292,7 @@ class Recorder:
         items = [queue.popleft() for _ in range(len(queue))]
         if not items:
             return
-        self._in_flight_records = sum(len(item[1].records) for item in items if item[0] == "batch")
+        self._in_flight_records = _records_in(items)
         try:
             self._write_items(connection, items)
         finally:
@@ -464,6 +463,11 @@ class Recorder:
 
 
 # ---- Helpers -----------------------------------------------------------------------------------------------------
+
+
+def _records_in(items: list[tuple[str, Any, float, int]]) -> int:
+    """Records held by queued writer items (batches; gaps, rejections and launch notes hold none)."""
+    return sum(len(payload.records) for what, payload, _, _ in items if what == "batch")
 
 
 @contextmanager
