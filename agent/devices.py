@@ -182,6 +182,16 @@ class DeviceSampler:
         self._thread.start()
         return self
 
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    def set_interval(self, interval_s: float) -> None:
+        """Sample every ``interval_s`` from the next sample on (a runtime setting; any thread)."""
+        if interval_s <= 0:
+            raise ValueError(f"device sampling interval must be > 0 s, got {interval_s}")
+        self._interval_s = interval_s
+
     def close(self, timeout_s: float = 1.0) -> None:
         """Stop sampling and release NVML."""
         self._stop.set()

@@ -13,6 +13,7 @@ stacks while a rank progresses (they cost ~0.1 ms per thread; a progressing rank
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -83,6 +84,16 @@ class HeartbeatThread:
         self._thread.start()
         return self
 
+    @property
+    def stack_after_s(self) -> float:
+        return self._stack_after_s
+
+    def set_stack_after(self, seconds: float) -> None:
+        """A rank in one phase this long gets its stack sent (a runtime setting; any thread)."""
+        if seconds <= 0:
+            raise ValueError(f"the stack threshold must be > 0 s, got {seconds}")
+        self._stack_after_s = seconds
+
     def request_stacks(self) -> None:
         """Send every rank's stack with the next beat (a dump on demand)."""
         self._dump_requested = True
@@ -126,6 +137,50 @@ class HeartbeatThread:
             except Exception:  # a heartbeat must never take anything down; say it once
                 log.exception("ringscope: heartbeat failed; positions of this process are not reported")
                 return
+
+
+MAX_DUMP_FRAMES: Final[int] = 48
+"""Innermost frames kept per thread in a dump on demand (a training loop's interesting part is near the top)."""
+
+
+def dump_threads(training_thread: int | None, limit_chars: int = MAX_TEXT_CHARS - 512) -> list[dict[str, Any]]:
+    """Every Python thread's stack now, the training thread first, as JSON-ready maps (read from this thread with
+    ``sys._current_frames``: nothing runs on the others). Frames are ``[file, line, function, source line]``,
+    outermost first; the whole fits ``limit_chars`` of JSON (frames, then whole threads, are cut from the far end,
+    and ``cut`` says how many)."""
+    names = {thread.ident: thread for thread in threading.enumerate()}
+    threads: list[dict[str, Any]] = []
+    for ident, frame in sys._current_frames().items():
+        thread = names.get(ident)
+        full = traceback.extract_stack(frame)
+        summary = full[-MAX_DUMP_FRAMES:]
+        threads.append({
+            "name": thread.name if thread is not None else f"thread {ident}",
+            "ident": ident,
+            "training": ident == training_thread,
+            "daemon": bool(thread.daemon) if thread is not None else None,
+            "frames": [[f.filename, f.lineno, f.name, (f.line or "")[:160]] for f in summary],
+            "cut_frames": len(full) - len(summary),
+        })
+    # the training thread, then the user's threads, then ours (ringscope-*) and daemon threads
+    threads.sort(key=lambda t: (not t["training"], str(t["name"]).startswith("ringscope"), bool(t["daemon"]),
+                                str(t["name"])))
+    cut_threads = 0
+    while len(json.dumps(threads)) > limit_chars:
+        longest = max(threads, key=lambda t: len(t["frames"]))
+        if len(threads) > 1 and not threads[-1]["training"]:
+            threads.pop()
+            cut_threads += 1
+        elif len(longest["frames"]) > 4:
+            drop = max(1, len(longest["frames"]) // 4)
+            longest["frames"] = longest["frames"][drop:]
+            longest["cut_frames"] += drop
+        else:
+            break
+    if cut_threads:
+        threads.append({"name": f"... {cut_threads} more thread(s) cut to fit one record", "ident": 0,
+                        "training": False, "daemon": None, "frames": [], "cut_frames": 0})
+    return threads
 
 
 def _format_stack(frame: object) -> str | None:

@@ -1,15 +1,22 @@
 """The agent's background sender: a bounded queue the training thread puts into, and one thread that sends.
 
-What it owns: one ZeroMQ PUSH socket (connected, never bound, so many agents can reach one collector) and its
+What it owns: one ZeroMQ DEALER socket (connected, never bound, so many agents can reach one collector) and its
 monitor, one daemon thread, a bounded ``deque``, one pending ``Hello`` and one pending ``Health`` (a newer one
-replaces an unsent older one, so they never grow the queue), sequence numbers and drop counters.
+replaces an unsent older one, so they never grow the queue), sequence numbers and drop counters, and the messages
+sent but not yet acknowledged.
+
+The reply path (``ringscope.agent.control``): the collector answers on the same connection. Its acks say which
+messages are committed to disk; the rest are kept (at most ``UNACKED_MAX_BYTES`` and ``UNACKED_MAX_AGE_S``) and
+sent again, in order and with their own sequence numbers, when the connection comes back (a collector restarted
+on the same endpoint): the collector drops what it already has. Its requests (stacks, settings) go to the
+``on_control`` handler, called on this sender thread, never the training thread.
 
 What it must never do: block, raise into, or do I/O on the caller's thread. ``put`` is an O(1) append or a counted
 drop. Sends are ``NOBLOCK``; while the socket's high-water mark is reached (collector slow or absent) records wait
 in the bounded queue and what does not fit is dropped and counted; the counts travel in the next ``Health`` record
 so the app can show them. A batch whose message would exceed ``wire.MAX_MESSAGE_BYTES`` is split, never sent to be
 rejected. Connections that drop are counted (``Health.disconnects``): what was in flight then is lost without
-acknowledgement, and the collector sees it in the sequence numbers.
+acknowledgement unless the agent still holds it unacknowledged (then it is sent again at the reconnect).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Final
 import zmq
 from zmq.utils import monitor as zmq_monitor
 
-from ringscope.agent import wire
+from ringscope.agent import control, wire
 from ringscope.agent.keys import AgentKeys
 from ringscope.agent.schema import Health, Hello, Record, shifted
 
@@ -39,6 +46,15 @@ _TEST_CLOCK_SKEW_S: Final[float] = float(os.environ.get("RINGSCOPE_TEST_CLOCK_SK
 (a library that fakes the clock breaks Python's sleeps). Unset in real use: one falsy check per message."""
 CLOSE_FLUSH_S: Final[float] = 0.5
 """How long ``close`` waits for a collector to connect and take the last records before counting them dropped."""
+UNACKED_MAX_BYTES: Final[int] = 8 * 1024 * 1024
+UNACKED_MAX_AGE_S: Final[float] = 30.0
+"""Sent messages kept until the collector acknowledges them: at most this many bytes, none older than this. A
+collector acknowledges within about a second of receiving (its writer commits every 0.2 s), so these bounds cover
+a collector that dies and comes back within ``UNACKED_MAX_AGE_S``; past them the oldest are forgotten (counted in
+``PublisherStats.unacked_expired``: they were sent, and are lost only if that collector lost them too)."""
+CONTROL_PER_WAKE: Final[int] = 64
+"""Control messages handled per sender wake-up at most (the rest wait in ZeroMQ's bounded queue)."""
+_CONTROL_RCVHWM: Final[int] = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,16 @@ class PublisherStats:
     failed_batches: int
     last_seq: int
     disconnects: int = 0
+    unacked: int = 0  # messages sent and not yet acknowledged
+    unacked_bytes: int = 0
+    acked_seq: int = -1  # highest sequence number the collector acknowledged
+    resent_batches: int = 0  # messages sent again after a reconnect
+    unacked_expired: int = 0  # messages forgotten unacknowledged (bounds reached)
+    control_received: int = 0
+    control_refused: int = 0  # malformed or failed control messages
+
+
+ControlHandler = Callable[[control.Control], object]
 
 
 class Publisher:
@@ -70,6 +96,8 @@ class Publisher:
         flush_interval_s: how long records may wait before being sent; an unclean exit loses at most this much.
         send_hwm: messages ZeroMQ may buffer per connection before sends fail (and are counted as drops).
         keys: CURVE keys of a collector that requires authentication (``ringscope.agent.keys``); None: plaintext.
+        on_control: called on the sender thread with each request from the collector (``stacks``, ``set``); an
+            exception in it is logged and counted (``control_refused``), never raised.
     """
 
     def __init__(
@@ -85,6 +113,7 @@ class Publisher:
         hello_interval_s: float = 5.0,
         health_interval_s: float = 1.0,
         keys: AgentKeys | None = None,
+        on_control: ControlHandler | None = None,
     ) -> None:
         if queue_capacity < 1 or not 1 <= batch_max <= wire.MAX_RECORDS_PER_MESSAGE - 2 or flush_interval_s <= 0:
             raise ValueError(
@@ -119,6 +148,16 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._owner_pid = os.getpid()
         self._closed = False
+        self.on_control = on_control
+        # (seq, payload, sent monotonic) of messages sent and not acknowledged, oldest first
+        self._unacked: deque[tuple[int, bytes, float]] = deque()
+        self._unacked_bytes = 0
+        self._acked_seq = -1
+        self._resend_at: int | None = None  # index into _unacked of the next message to send again
+        self._resent = 0
+        self._unacked_expired = 0
+        self._control_received = 0
+        self._control_refused = 0
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -183,14 +222,25 @@ class Publisher:
             failed_batches=self._failed_batches,
             last_seq=self._seq - 1,
             disconnects=self._disconnects,
+            unacked=len(self._unacked),
+            unacked_bytes=self._unacked_bytes,
+            acked_seq=self._acked_seq,
+            resent_batches=self._resent,
+            unacked_expired=self._unacked_expired,
+            control_received=self._control_received,
+            control_refused=self._control_refused,
         )
 
     # ---- Sender thread -------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         context = zmq.Context()
-        socket = context.socket(zmq.PUSH)
+        socket = context.socket(zmq.DEALER)
         socket.setsockopt(zmq.SNDHWM, self._send_hwm)
+        socket.setsockopt(zmq.RCVHWM, _CONTROL_RCVHWM)  # control messages waiting for the sender thread
+        # a collector is trusted (CURVE authenticates it), but a control message over this size is a bug: ZeroMQ
+        # drops that connection rather than allocate it (the agent reconnects)
+        socket.setsockopt(zmq.MAXMSGSIZE, 16 * control.MAX_CONTROL_BYTES)
         socket.setsockopt(zmq.LINGER, 0)
         # Queue messages only on a completed connection: while no collector listens the socket is not writable,
         # records wait in our bounded deque (a collector started later still gets them) and nothing piles up
@@ -208,7 +258,7 @@ class Publisher:
             return
         monitor: zmq.Socket | None
         try:
-            monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)  # read at every wake-up: resends
         except zmq.ZMQError as exc:  # disconnects then go uncounted; telemetry itself is unaffected
             log.debug("ringscope: no socket monitor (%s)", exc)
             monitor = None
@@ -221,11 +271,13 @@ class Publisher:
                 if self._hello is not None and now >= next_hello:
                     self._pending_hello = self._hello()
                     next_hello = now + self._hello_interval_s
+                if monitor is not None and monitor.poll(0):  # before sending: a reconnect resends first
+                    self._count_disconnects(monitor)
                 if stopping or now >= next_health:
-                    if monitor is not None:  # read with the Health that reports them, not on every wake-up
-                        self._count_disconnects(monitor)
                     self._pending_health = self._health()
                     next_health = now + self._health_interval_s
+                self._receive_control(socket)
+                self._forget_unacked(now)
                 self._produce()
                 self._drain(socket)
                 if stopping:
@@ -249,7 +301,7 @@ class Publisher:
     def _flush_before_close(self, socket: zmq.Socket) -> None:
         """At close, give a collector that is (re)connecting a bounded moment to take what is still queued."""
         deadline = time.monotonic() + CLOSE_FLUSH_S
-        while self._has_pending() and time.monotonic() < deadline:
+        while (self._has_pending() or self._resend_at is not None) and time.monotonic() < deadline:
             if socket.poll(20, zmq.POLLOUT):
                 self._drain(socket)
         # nobody took them: counted, never silently lost
@@ -261,6 +313,8 @@ class Publisher:
         return bool(self._queue) or self._pending_hello is not None or self._pending_health is not None
 
     def _drain(self, socket: zmq.Socket) -> None:
+        if self._resend_at is not None and not self._resend(socket):
+            return  # new messages go after the ones sent again, so the collector sees them in order
         queue = self._queue
         while self._has_pending():
             # Encoding a batch only to have ZeroMQ refuse it wastes CPU (and the GIL) in the training process
@@ -305,6 +359,72 @@ class Publisher:
             return
         self._sent_batches += 1
         self._sent_records += len(batch)
+        self._unacked.append((self._seq - 1, payload, time.monotonic()))
+        self._unacked_bytes += len(payload)
+
+    # ---- Reply path ----------------------------------------------------------------------------------------------
+
+    def _resend(self, socket: zmq.Socket) -> bool:
+        """Send the unacknowledged messages again after a reconnect, oldest first; True when all went."""
+        unacked = self._unacked
+        while self._resend_at is not None and self._resend_at < len(unacked):
+            if not socket.poll(0, zmq.POLLOUT):
+                return False
+            try:
+                socket.send(unacked[self._resend_at][1], zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return False
+            self._resend_at += 1
+            self._resent += 1
+        self._resend_at = None
+        return True
+
+    def _receive_control(self, socket: zmq.Socket) -> None:
+        """Handle what the collector sent: acks, and requests for the ``on_control`` handler (bounded per wake)."""
+        for _ in range(CONTROL_PER_WAKE):
+            if not socket.poll(0, zmq.POLLIN):
+                return
+            try:
+                frames = socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._control_received += 1
+            try:
+                message = control.decode(frames)
+            except control.ControlError as exc:
+                self._control_refused += 1
+                log.warning("ringscope: refused a control message from the collector (%s)", exc)
+                continue
+            if message.command == control.ACK:
+                self._acknowledged(message.seq or 0)
+            elif message.command != control.REPLY and self.on_control is not None:
+                try:
+                    self.on_control(message)
+                except Exception:
+                    self._control_refused += 1
+                    log.exception("ringscope: handling a %r request failed", message.command)
+            else:
+                self._control_refused += 1
+
+    def _acknowledged(self, seq: int) -> None:
+        """The collector committed every message up to ``seq``: forget them."""
+        if seq > self._acked_seq:
+            self._acked_seq = seq
+        unacked = self._unacked
+        while unacked and unacked[0][0] <= seq:
+            self._unacked_bytes -= len(unacked.popleft()[1])
+            if self._resend_at is not None:
+                self._resend_at = max(0, self._resend_at - 1)
+
+    def _forget_unacked(self, now: float) -> None:
+        """Keep what waits for an ack within its bounds (a collector that never acknowledges costs no more)."""
+        unacked = self._unacked
+        oldest = now - UNACKED_MAX_AGE_S
+        while unacked and (self._unacked_bytes > UNACKED_MAX_BYTES or unacked[0][2] < oldest):
+            self._unacked_bytes -= len(unacked.popleft()[1])
+            self._unacked_expired += 1
+            if self._resend_at is not None:
+                self._resend_at = max(0, self._resend_at - 1)
 
     def _count_disconnects(self, monitor: zmq.Socket) -> None:
         while monitor.poll(0):  # a poll costs far less than the zmq.Again a non-blocking receive raises
@@ -314,6 +434,8 @@ class Publisher:
                 return
             if event.get("event") == zmq.EVENT_DISCONNECTED:
                 self._disconnects += 1
+                if self._unacked:  # what the lost collector may not have committed goes again, first
+                    self._resend_at = 0
 
     def _health(self) -> Health:
         return Health(

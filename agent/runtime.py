@@ -22,11 +22,17 @@ the rank
 is (data wait, compute, collective, checkpoint, idle) and, when it has been stuck in one phase for seconds, the Python
 stack of the training thread, so the app can name a hung rank and show where it waits.
 
+The reply path (``ringscope.agent.control``): a collector may ask for every thread's stack (answered with one
+``Event`` of kind ``stacks`` per rank) or change a runtime setting (``stack_after_s``, ``device_interval_s``, and
+``timing`` where the DDP integration registered it; answered with an ``Event`` of kind ``control`` saying what
+was applied and what was refused, so the change is in the recording). Both are handled on the sender thread.
+
 Training-thread cost: ``step`` / ``event`` build one small record and append it to a deque (a few µs).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -34,9 +40,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ringscope.agent import control
 from ringscope.agent.devices import DeviceProbe, DeviceSampler, host_name
 from ringscope.agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
-from ringscope.agent.heartbeat import HeartbeatThread, Position
+from ringscope.agent.heartbeat import HeartbeatThread, Position, dump_threads
 from ringscope.agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
 from ringscope.agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
 from ringscope.agent.schema import (
@@ -78,6 +85,14 @@ class Agent:
         if publisher is not None and heartbeat_interval_s:
             self._heartbeat = HeartbeatThread(list(self._positions.values()), publisher.put,
                                               interval_s=heartbeat_interval_s).start()
+        # runtime settings a collector may change (``control.SETTINGS`` names), applied on the sender thread
+        self._settings: dict[str, Callable[[Any], object]] = {}
+        if self._heartbeat is not None:
+            self._settings["stack_after_s"] = self._heartbeat.set_stack_after
+        if sampler is not None:
+            self._settings["device_interval_s"] = sampler.set_interval
+        if publisher is not None:
+            publisher.on_control = self._on_control
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -153,6 +168,39 @@ class Agent:
         """Send the stack of every rank of this process with the next heartbeat."""
         if self._heartbeat is not None:
             self._heartbeat.request_stacks()
+
+    def add_setting(self, name: str, apply: Callable[[Any], object]) -> None:
+        """Let a collector change ``name`` (one of ``control.SETTINGS``) while the run goes on: ``apply(value)`` is
+        called on the sender thread with a validated value; it must be quick and may raise ``ValueError`` to
+        refuse (the reason goes back to whoever asked)."""
+        if name not in control.SETTINGS:
+            raise ValueError(f"unknown setting {name!r}; known: {', '.join(sorted(control.SETTINGS))}")
+        self._settings[name] = apply
+
+    def _on_control(self, message: control.Control) -> None:
+        """A request from the collector (sender thread): answer with records, never touch the training thread."""
+        now = time.time()
+        if message.command == control.STACKS:
+            for rank, position in self._positions.items():
+                answer = {"id": message.request_id, "pid": self.identity.pid, "host": self.identity.host,
+                          "phase": position.phase, "since_s": position.since_s, "step": position.step,
+                          "threads": dump_threads(position.thread_id)}
+                self._put(Event(now, EventKind.STACKS, rank, position.step, text=json.dumps(answer)))
+        elif message.command == control.SET:
+            applied: dict[str, Any] = {}
+            refused: dict[str, str] = {}
+            for name, value in message.settings.items():
+                apply = self._settings.get(name)
+                if apply is None:
+                    refused[name] = "not adjustable in this process (no integration registered it)"
+                    continue
+                try:
+                    apply(value)
+                    applied[name] = value
+                except (ValueError, RuntimeError) as exc:
+                    refused[name] = str(exc)[:300]
+            text = json.dumps({"id": message.request_id, "applied": applied, "refused": refused})
+            self._put(Event(now, EventKind.CONTROL, self.identity.rank, text=text))
 
     @property
     def stats(self) -> PublisherStats | None:

@@ -95,9 +95,12 @@ class EventKind:
     WARNING: Final = "warning"
     FINISHED: Final = "finished"
     HANG: Final = "hang"  # written by the collector side (not an agent): a run stopped completing steps
+    STACKS: Final = "stacks"  # a stack dump on demand: text is the JSON answer (ringscope.agent.runtime)
+    CONTROL: Final = "control"  # a runtime setting changed on demand: text says what was applied / refused
 
     ALL: Final[frozenset[str]] = frozenset(
-        {STARTED, CHECKPOINT_SAVED, CHECKPOINT_RESTORED, RESTART, EPOCH, ERROR, WARNING, FINISHED, HANG}
+        {STARTED, CHECKPOINT_SAVED, CHECKPOINT_RESTORED, RESTART, EPOCH, ERROR, WARNING, FINISHED, HANG, STACKS,
+         CONTROL}
     )
 
 
@@ -263,8 +266,8 @@ class Health:
     """The agent's own health: its queue and what it had to drop. Counters are cumulative since start.
 
     ``disconnects`` (schema 1.1; ``None`` from older agents) counts established connections to the collector that
-    dropped. Messages in flight at a drop are lost without the agent knowing (PUSH has no acknowledgements), so
-    the collector accounts for them from sequence numbers: a gap, or at a newly started collector a "joined late"
+    dropped. Messages not yet acknowledged at a drop are sent again at the reconnect; for what is still lost the
+    collector accounts from sequence numbers: a gap, or at a newly started collector a "joined late"
     range; this counter says why such a range exists.
     """
 

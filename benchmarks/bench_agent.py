@@ -25,11 +25,11 @@ def _free_port() -> int:
 
 
 class _Drain:
-    """A PULL socket on a thread that receives and discards (a collector that keeps up)."""
+    """A ROUTER socket on a thread that receives and discards (a collector that keeps up)."""
 
     def __init__(self) -> None:
         self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.PULL)
+        self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.port = self.socket.bind_to_random_port("tcp://127.0.0.1")
         self.stop = threading.Event()
@@ -40,7 +40,7 @@ class _Drain:
     def _run(self) -> None:
         while not self.stop.is_set():
             if self.socket.poll(100):
-                self.socket.recv()
+                self.socket.recv_multipart()[-1]
                 self.received += 1
 
     def close(self) -> None:

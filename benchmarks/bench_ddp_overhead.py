@@ -15,7 +15,7 @@ Each workload holds four identical DDP models (same seed, ``gradient_as_bucket_v
   measured overhead;
 * ``instrumented``: ``ringscope.agent.torch_ddp.instrument`` (timing all-reduce hook, timed loader, ``step_done`` with
 the
-  loss tensor) reporting every step through a real agent to a real ZeroMQ PULL socket bound by the parent;
+  loss tensor) reporting every step through a real agent to a real ZeroMQ ROUTER socket bound by the parent;
 * ``python_hook``: plain DDP with PyTorch's own Python ``allreduce_hook`` and no agent: what any Python comm hook
   costs over DDP's C++ one, so the instrumented ratio can be read against that floor.
 
@@ -51,7 +51,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     import zmq
 
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     endpoint = f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}"
     received = [0]
@@ -60,7 +60,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     def drain() -> None:
         while not stop.is_set():
             if pull.poll(50):
-                pull.recv()
+                pull.recv_multipart()[-1]
                 received[0] += 1
 
     thread = threading.Thread(target=drain, daemon=True)
@@ -85,7 +85,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         rows += summary_rows("ddp_overhead", name, result,
                              "2 gloo ranks, gradient_as_bucket_view, vs DDP's built-in C++ all-reduce")
     rows.append({"benchmark": "ddp_overhead", "metric": "messages_received", "value": float(received[0]),
-                 "unit": "msgs", "note": "telemetry really sent to a PULL socket (batched frames)"})
+                 "unit": "msgs", "note": "telemetry really sent to a ROUTER socket (batched frames)"})
     return rows
 
 

@@ -15,7 +15,7 @@ Each workload holds three identically built models and loops:
 * ``control``: a second, identical baseline loop. control / baseline is an A/A ratio: its spread is the noise
   floor of this machine at this moment;
 * ``instrumented``: ``TimedStepRunner`` (timestamps, one explicit all-reduce, per-replica results fetched, timed
-  ``next()``) reporting every step through a real agent to a real ZeroMQ PULL socket.
+  ``next()``) reporting every step through a real agent to a real ZeroMQ ROUTER socket.
 
 They run in blocks of a few steps, the order rotating every round. A step is timed from before ``next()`` to after
 its results are on the host. Reported per workload (same figures as ``bench_ddp_overhead``): median over rounds of
@@ -51,7 +51,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for name, result in payload["workloads"].items():
         rows += summary_rows("tf_overhead", name, result, "MirroredStrategy 2 CPU replicas, vs a plain custom loop")
     rows.append({"benchmark": "tf_overhead", "metric": "messages_received", "value": float(payload["received"]),
-                 "unit": "msgs", "note": "telemetry really sent to a PULL socket (batched frames)"})
+                 "unit": "msgs", "note": "telemetry really sent to a ROUTER socket (batched frames)"})
     return rows
 
 
@@ -63,14 +63,14 @@ def _child(quick: bool) -> None:
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
     context = zmq.Context()
-    sink = context.socket(zmq.PULL)
+    sink = context.socket(zmq.ROUTER)
     sink.setsockopt(zmq.LINGER, 0)
     endpoint = f"tcp://127.0.0.1:{sink.bind_to_random_port('tcp://127.0.0.1')}"
     received = [0]
 
     def drain() -> None:
         while sink.poll(0):
-            sink.recv()
+            sink.recv_multipart()[-1]
             received[0] += 1
 
     results = {name: _measure(strategy, spec, quick, endpoint, drain) for name, spec in WORKLOADS.items()}

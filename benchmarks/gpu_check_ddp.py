@@ -2,7 +2,7 @@
 torch).
 
 1. The reference trainer with NCCL on every GPU (nproc = GPU count), rank 0 slowed by 50 ms when there are 2+
-   GPUs, telemetry received on a real PULL socket: prints per rank the CUDA-event phase medians (data wait,
+   GPUs, telemetry received on a real ROUTER socket: prints per rank the CUDA-event phase medians (data wait,
    compute, comm, AllReduce stall) and the NVML readings tagged with the rank (mapped by UUID, not CUDA index).
 2. The overhead: the same training with and without the agent, alternated (3 pairs), ratio of median step times.
 
@@ -45,12 +45,12 @@ def receive(endpoint_holder: list[str], records: list[Record], stop: threading.E
     import zmq
 
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     endpoint_holder.append(f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}")
     while not stop.is_set():
         if pull.poll(50):
-            records.extend(wire.decode(pull.recv()).records)
+            records.extend(wire.decode(pull.recv_multipart()[-1]).records)
     pull.close(linger=0)
     context.term()
 

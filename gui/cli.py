@@ -10,6 +10,8 @@
     ringscope compare A.db B.db ...      side-by-side comparison
     ringscope sweep --frameworks ... --ranks 1,2 --out DIR   scaling sweep / framework bake-off on one model
     ringscope keys                       access token for a --secure collector
+    ringscope stacks [--run RUN]         every rank's Python stacks now, folded (asks the running collector)
+    ringscope control --run RUN ...      change timing / stack threshold / sampling while the run trains
 
 Qt is imported only by the window commands, so the headless ones work on machines without a display or PySide6.
 """
@@ -39,6 +41,8 @@ COMMANDS: dict[str, str] = {
     "keys": "ringscope.gui.commands.keys",
     "run": "ringscope.gui.commands.run",
     "sweep": "ringscope.gui.commands.sweep",
+    "stacks": "ringscope.gui.commands.stacks",
+    "control": "ringscope.gui.commands.control",
 }
 DEFAULT_COMMAND = "window"
 _TOP_LEVEL_ONLY = ("-h", "--help", "--version")

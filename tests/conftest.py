@@ -21,13 +21,13 @@ os.environ["XDG_DATA_HOME"] = os.path.join(_scratch_home, "data")
 
 @pytest.fixture
 def push() -> Iterator[Callable[[str], zmq.Socket]]:
-    """Connect PUSH sockets to a collector under test (linger 0, a send timeout: a stuck collector fails the test,
+    """Connect DEALER sockets to a collector under test (linger 0, a send timeout: a stuck collector fails the test,
     never hangs it); all closed at teardown."""
     context = zmq.Context()
     sockets: list[zmq.Socket] = []
 
     def connect(endpoint: str) -> zmq.Socket:
-        sock = context.socket(zmq.PUSH)
+        sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDTIMEO, 20_000)
         sock.connect(endpoint)

@@ -46,7 +46,7 @@ def test_a_rank_stuck_in_one_phase_gets_its_stack_sent_once_per_episode() -> Non
 
 def test_an_agent_sends_heartbeats_through_its_publisher() -> None:
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     telemetry = runtime.start(framework="pytorch", strategy="ddp", rank=3, world_size=4,
@@ -57,7 +57,7 @@ def test_an_agent_sends_heartbeats_through_its_publisher() -> None:
         beat: Heartbeat | None = None
         while beat is None and time.monotonic() < deadline:
             if pull.poll(200):
-                batch = wire.decode(pull.recv())
+                batch = wire.decode(pull.recv_multipart()[-1])
                 beat = next((r for r in batch.records if isinstance(r, Heartbeat)), None)
         assert beat is not None
         assert (beat.rank, beat.phase, beat.step, beat.bucket) == (3, COLLECTIVE, 7, 2)

@@ -21,7 +21,7 @@ def _free_port() -> int:
 
 def test_records_arrive_in_order_with_consecutive_sequence_numbers() -> None:
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "agent-1", batch_max=50, flush_interval_s=0.01).start()
@@ -32,7 +32,7 @@ def test_records_arrive_in_order_with_consecutive_sequence_numbers() -> None:
         deadline = time.monotonic() + 10
         while len(steps) < 500 and time.monotonic() < deadline:
             if pull.poll(200):
-                batch = wire.decode(pull.recv())
+                batch = wire.decode(pull.recv_multipart()[-1])
                 seqs.append(batch.seq)
                 steps.extend(r.step for r in batch.records if isinstance(r, Step))
         assert steps == list(range(500))
@@ -78,7 +78,7 @@ def test_records_made_before_the_collector_started_still_arrive_without_gaps() -
     port = _free_port()
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "early-agent", flush_interval_s=0.01).start()
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     try:
         for i in range(300):
@@ -91,7 +91,7 @@ def test_records_made_before_the_collector_started_still_arrive_without_gaps() -
         deadline = time.monotonic() + 10
         while len(steps) < 300 and time.monotonic() < deadline:
             if pull.poll(100):
-                batch = wire.decode(pull.recv())
+                batch = wire.decode(pull.recv_multipart()[-1])
                 seqs.append(batch.seq)
                 steps.extend(r.step for r in batch.records if isinstance(r, Step))
     finally:

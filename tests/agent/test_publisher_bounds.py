@@ -30,7 +30,7 @@ def context() -> Iterator[zmq.Context]:
 
 
 def _pull(context: zmq.Context, port: int) -> zmq.Socket:
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     pull.bind(f"tcp://127.0.0.1:{port}")
     return pull
@@ -41,7 +41,7 @@ def _receive(pull: zmq.Socket, until, timeout_s: float = 10.0) -> list[wire.Batc
     deadline = time.monotonic() + timeout_s
     while not until(batches) and time.monotonic() < deadline:
         if pull.poll(50):
-            batches.append(wire.decode(pull.recv()))
+            batches.append(wire.decode(pull.recv_multipart()[-1]))
     return batches
 
 
@@ -89,7 +89,8 @@ def test_a_batch_too_large_for_one_message_is_split_not_rejected(context: zmq.Co
     assert [b.seq for b in batches] == list(range(len(batches))) and publisher.stats.dropped_records == 0
 
 
-def test_a_dropped_connection_is_counted_in_health(context: zmq.Context) -> None:
+def test_a_dropped_connection_is_counted_in_health_and_unacknowledged_messages_go_again(
+        context: zmq.Context) -> None:
     port = _free_port()
     first = _pull(context, port)
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "flaky", flush_interval_s=0.01, health_interval_s=0.05).start()
@@ -111,7 +112,10 @@ def test_a_dropped_connection_is_counted_in_health(context: zmq.Context) -> None
             second.close(0)
     healths = [r for b in batches for r in b.records if isinstance(r, Health)]
     assert healths and healths[-1].disconnects == 1
-    assert batches[0].seq > 0  # what the new collector will record as "joined late"
+    # this receiver never acknowledges: everything goes again, in order, before what is new
+    seqs = [b.seq for b in batches]
+    assert seqs[0] == 0 and seqs == list(range(len(seqs)))
+    assert publisher.stats.resent_batches >= 1
 
 
 def test_batch_max_beyond_the_message_limit_is_refused() -> None:

@@ -24,7 +24,7 @@ def test_importing_agent_loads_no_framework_and_no_qt() -> None:
 def test_agent_sends_hello_started_steps_and_finished(monkeypatch) -> None:
     monkeypatch.setenv("RINGSCOPE_HOST", " node-b ")  # a launcher's per-node name wins over the shared hostname
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     telemetry = agent.start(framework="pytorch", strategy="ddp", rank=1, world_size=2,
@@ -39,7 +39,7 @@ def test_agent_sends_hello_started_steps_and_finished(monkeypatch) -> None:
         while time.monotonic() < deadline and not any(isinstance(r, Event) and r.event == "finished"
                                                       for r in records):
             if pull.poll(200):
-                records.extend(wire.decode(pull.recv()).records)
+                records.extend(wire.decode(pull.recv_multipart()[-1]).records)
     finally:
         pull.close(0)
         context.term()

@@ -47,7 +47,7 @@ def test_straggler_outside_the_cluster_is_refused() -> None:
 
 def test_run_sends_marked_simulated_records_through_agents() -> None:
     context = zmq.Context()
-    pull = context.socket(zmq.PULL)
+    pull = context.socket(zmq.ROUTER)
     pull.setsockopt(zmq.LINGER, 0)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     try:
@@ -57,7 +57,7 @@ def test_run_sends_marked_simulated_records_through_agents() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(records) < result.sent_records:
             if pull.poll(200):
-                records.extend(wire.decode(pull.recv()).records)
+                records.extend(wire.decode(pull.recv_multipart()[-1]).records)
     finally:
         pull.close(0)
         context.term()

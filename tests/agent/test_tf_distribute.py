@@ -1,7 +1,7 @@
 """ringscope.agent.tf_distribute in-process: TF_CONFIG identity, the exact single-reduction update, checkpoint events.
 
 TensorFlow runs in this pytest process with two logical CPU devices (configured once, before any op, by the
-module fixture). Telemetry goes through a real ZeroMQ PULL socket on a random port.
+module fixture). Telemetry goes through a real ZeroMQ ROUTER socket on a random port.
 """
 
 from __future__ import annotations
@@ -70,11 +70,11 @@ def test_importing_the_package_does_not_import_tensorflow() -> None:
 
 
 class Receiver:
-    """A real PULL socket drained on a thread into decoded records."""
+    """A real ROUTER socket drained on a thread into decoded records."""
 
     def __init__(self) -> None:
         self._context = zmq.Context()
-        self._socket = self._context.socket(zmq.PULL)
+        self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self.endpoint = f"tcp://127.0.0.1:{self._socket.bind_to_random_port('tcp://127.0.0.1')}"
         self.records: list[Record] = []
@@ -85,7 +85,7 @@ class Receiver:
     def _drain(self) -> None:
         while not self._stop.is_set():
             if self._socket.poll(50):
-                self.records.extend(wire.decode(self._socket.recv()).records)
+                self.records.extend(wire.decode(self._socket.recv_multipart()[-1]).records)
 
     def events(self, kind: str) -> list[Event]:
         return [r for r in self.records if isinstance(r, Event) and r.event == kind]

@@ -1,4 +1,4 @@
-"""ringscope.agent.torch_ddp in one process: a real one-rank gloo group, a real DDP model, a real PULL socket.
+"""ringscope.agent.torch_ddp in one process: a real one-rank gloo group, a real DDP model, a real ROUTER socket.
 
 Multi-rank behaviour (stall, straggler, loader wait, resume) is tested with torchrun in tests/trainers.
 """
@@ -41,7 +41,7 @@ def process_group() -> Iterator[None]:
 @pytest.fixture
 def pull() -> Iterator[tuple[str, zmq.Socket[bytes]]]:
     context = zmq.Context()
-    sock = context.socket(zmq.PULL)
+    sock = context.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     yield f"tcp://127.0.0.1:{port}", sock
@@ -54,7 +54,7 @@ def _drain(sock: zmq.Socket[bytes], until: float = 5.0) -> list[Record]:
     deadline = time.monotonic() + until
     while time.monotonic() < deadline:
         if sock.poll(200):
-            records.extend(wire.decode(sock.recv()).records)
+            records.extend(wire.decode(sock.recv_multipart()[-1]).records)
         elif any(isinstance(r, Event) and r.event == EventKind.FINISHED for r in records):
             break
     return records

@@ -1,6 +1,6 @@
-"""Fixtures for trainer tests: a real ZeroMQ PULL receiver that decodes every message with ``ringscope.agent.wire``.
+"""Fixtures for trainer tests: a real ZeroMQ ROUTER receiver that decodes every message with ``ringscope.agent.wire``.
 
-``receiver_factory()`` binds a new PULL socket on a random 127.0.0.1 port (linger=0) and drains it on a daemon
+``receiver_factory()`` binds a new ROUTER socket on a random 127.0.0.1 port (linger=0) and drains it on a daemon
 thread into ``receiver.records``; give its ``endpoint`` to the trainer as ``RINGSCOPE_ENDPOINT``. The factory is
 module-scoped so that module-scoped fixtures running a training once can share it with many tests; every receiver
 it made is closed (thread joined, socket closed, context terminated) at the end of the module.
@@ -20,11 +20,11 @@ from ringscope.agent.schema import Event, Hello, Record, Step
 
 
 class TelemetryReceiver:
-    """One bound PULL socket and the records decoded from it (in arrival order)."""
+    """One bound ROUTER socket and the records decoded from it (in arrival order)."""
 
     def __init__(self) -> None:
         self._context = zmq.Context()
-        self._socket = self._context.socket(zmq.PULL)
+        self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         port = self._socket.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
@@ -39,7 +39,7 @@ class TelemetryReceiver:
         while not self._stop.is_set():
             if not self._socket.poll(50):
                 continue
-            data = self._socket.recv(zmq.NOBLOCK)
+            data = self._socket.recv_multipart(zmq.NOBLOCK)[-1]
             self.messages += 1
             try:
                 self.records.extend(wire.decode(data).records)

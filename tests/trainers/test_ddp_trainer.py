@@ -1,4 +1,4 @@
-"""The DDP reference trainer under real torchrun (2 gloo ranks), its telemetry received on a real PULL socket.
+"""The DDP reference trainer under real torchrun (2 gloo ranks), its telemetry received on a real ROUTER socket.
 
 Each torchrun run is a module-scoped fixture shared by several tests (a run costs ~10 s on a 2-core box). The
 injected delays (``--slow-rank/--slow-ms``, ``--data-delay-ms``) are the known truths the measurements must find;

@@ -1,6 +1,6 @@
 """Ingest: what arrives from agents and where it is kept.
 
 Modules: ``sink`` (the ``IngestSink`` contract, ``Gap``, ``Rejection``, ``IngestCounters``), ``collector`` (the ZeroMQ
-PULL end and validation), ``recorder`` (the SQLite session writer), ``session`` (the session file layout and reading
+ROUTER end: validation, acks and requests), ``recorder`` (the SQLite session writer), ``session`` (the session file layout and reading
 it back as ``SessionData``), ``access`` (where the collector's CURVE keys and the agent token live). Qt-free.
 """

@@ -1,8 +1,20 @@
-"""The app's ingest end: one ZeroMQ PULL socket that many agents connect to, validation, gaps, fan-out to sinks.
+"""The app's ingest end: one ZeroMQ ROUTER socket that many agents connect to, validation, gaps, fan-out to sinks,
+and the reply path back to the agents.
 
-What it owns: a ZeroMQ context and PULL socket (bound, default loopback only), one receive thread, per-agent
-sequence tracking, the session's caps (agents, ranks, run ids) and the ``IngestCounters``. Every message goes
-through ``ringscope.agent.wire.decode``; what is accepted is handed to each ``IngestSink`` on the receive thread.
+What it owns: a ZeroMQ context and ROUTER socket (bound, default loopback only), one receive thread, per-agent
+sequence tracking, the session's caps (agents, ranks, run ids) and the ``IngestCounters``. Every telemetry message
+goes through ``ringscope.agent.wire.decode``; what is accepted is handed to each ``IngestSink`` on the receive
+thread.
+
+The reply path (``ringscope.agent.control``), on the same socket and so under the same CURVE security:
+
+* **acks**: about every ``ACK_INTERVAL_S`` each agent is told the highest sequence number that is safe: committed
+  by every durable sink (one with ``committed_seqs``, the recorder), or, with none, handed to the sinks. Agents keep
+  what is not acknowledged and send it again after a reconnect; a message this collector already has (a sequence
+  number below the next one expected) is dropped and counted as a duplicate.
+* **requests**: a tool (``ringscope stacks``, the window) sends a control message; the collector forwards it to the
+  live agents of the run (``ringscope.gui.core.ingest.requests``), gathers their answers and replies to the tool.
+  Malformed, oversized and unknown-run requests are refused, counted and answered with the reason.
 
 Memory is bounded per connection: ZeroMQ queues at most ``RECEIVE_HWM`` messages of at most ``MAX_FRAME_BYTES``
 for each connected peer (then it stops reading that peer's TCP stream: a real agent keeps its records in its own
@@ -31,9 +43,11 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import monitor as zmq_monitor
 
-from ringscope.agent import wire
+from ringscope.agent import control, wire
+from ringscope.agent.devices import host_name
 from ringscope.agent.keys import CollectorKeys
-from ringscope.agent.schema import Hello
+from ringscope.agent.schema import Event, EventKind, Hello
+from ringscope.gui.core.ingest.requests import LIVE_S, Requests, Routes
 from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, IngestCounters, IngestSink, Rejection
 
 log = logging.getLogger(__name__)
@@ -58,6 +72,11 @@ MAX_AGENTS: Final[int] = 4096
 MAX_RANKS: Final[int] = 65_536
 MAX_RUN_IDS: Final[int] = 256
 """Default caps per session: distinct agent ids, distinct ranks (in Hello.ranks and records), distinct run ids."""
+
+ACK_INTERVAL_S: Final[float] = 1.0
+"""How often agents are told what is safe (agents keep up to 30 s of unacknowledged messages)."""
+REPLY_HWM: Final[int] = 32
+"""Control messages ZeroMQ queues towards one peer; past it acks are skipped (the next one covers them)."""
 
 _POLL_MS: Final[int] = 100  # how long close() may wait for the loop to notice
 _DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-checking the stop flag
@@ -109,6 +128,12 @@ class Collector:
         self._drain_until = 0.0
         self._last_log: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
+        # reply path (receive thread only)
+        self._routes = Routes()
+        self._requests = Requests(host_name())
+        self._received: dict[str, int] = {}  # agent_id -> highest seq handed to the sinks
+        self._acked: dict[str, int] = {}  # agent_id -> highest seq acknowledged to it
+        self._next_ack = 0.0
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -123,9 +148,11 @@ class Collector:
             return self
         raise_open_file_limit(WANTED_OPEN_FILES)
         context = zmq.Context()
-        socket = context.socket(zmq.PULL)
+        socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)  # per peer: see RECEIVE_HWM and MAX_FRAME_BYTES
+        socket.setsockopt(zmq.SNDHWM, REPLY_HWM)
+        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that left raises (and is skipped)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         if self._keys is not None:
             self._secure(context, socket, self._keys)
@@ -247,11 +274,11 @@ class Collector:
         while not self._stop.is_set():
             try:
                 ready = dict(poller.poll(_POLL_MS))
-                if not ready:
-                    continue
                 if self._monitor is not None and self._monitor in ready:
                     self._handshake_failed()
-                self._read_ready(socket)
+                if ready:
+                    self._read_ready(socket)
+                self._reply_path(socket)
             except zmq.ZMQError as exc:
                 if self._stop.is_set():
                     break
@@ -283,15 +310,21 @@ class Collector:
         """Handle the messages waiting on ``socket``, at most ``_DRAIN_MAX``; returns how many."""
         for read in range(_DRAIN_MAX):
             try:
-                # Agents send one frame per message; a stray multi-part message is read frame by frame and each
-                # frame is judged on its own (copying small frames is faster than Frame objects).
-                data = socket.recv(zmq.NOBLOCK)
+                # [routing identity, telemetry] or [routing identity, CONTROL_MARKER, request] (copying small
+                # frames is faster than Frame objects)
+                frames = socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return read
-            self._handle(data)
+            if len(frames) == 2:
+                self._handle(frames[1], frames[0])
+            elif control.is_control(frames[1:]):
+                self._handle_control(socket, frames[0], frames[1:])
+            else:
+                self._reject("malformed", f"a message of {len(frames) - 1} frames; telemetry has one, control "
+                             "messages two", time.time(), sum(len(f) for f in frames[1:]))
         return _DRAIN_MAX
 
-    def _handle(self, data: bytes) -> None:
+    def _handle(self, data: bytes, identity: bytes = b"") -> None:
         recv_s = time.time()
         size = len(data)
         try:
@@ -305,7 +338,12 @@ class Collector:
                 self._next_seq[batch.agent_id] = batch.seq + 1
             self._reject(*refusal, recv_s, size)
             return
+        if batch.agent_id in self._next_seq and batch.seq < self._next_seq[batch.agent_id]:
+            with self._lock:  # sent again after a reconnect, and already here: drop it
+                self._counters.duplicates += 1
+            return
         gap = self._track(batch.agent_id, batch.seq, recv_s)
+        self._route(batch, identity)
         with self._lock:
             counters = self._counters
             counters.messages += 1
@@ -382,11 +420,87 @@ class Collector:
             return Gap(agent_id, 0, seq, recv_s, JOINED_LATE) if seq > 0 else None
         if seq == expected:
             return None
-        if seq < expected:
-            # ZeroMQ keeps order per connection, so this is a restarted sender reusing its id: start over.
-            log.info("agent %s restarted its sequence (%d after %d)", agent_id, seq, expected - 1)
-            return None
-        return Gap(agent_id, expected, seq, recv_s)
+        return Gap(agent_id, expected, seq, recv_s)  # (seq < expected is a duplicate, dropped before this)
+
+    # ---- Reply path ----------------------------------------------------------------------------------------------
+
+    def _route(self, batch: wire.Batch, identity: bytes) -> None:
+        """Remember how to reach the agent, who it is, and what it answered to a request in flight."""
+        route = self._routes.heard(batch.agent_id, identity, time.monotonic())
+        self._received[batch.agent_id] = batch.seq
+        for record in batch.records:
+            if isinstance(record, Hello):
+                route.run_id, route.ranks, route.host, route.pid = (record.run_id, tuple(record.ranks or [record.rank]),
+                                                                    record.host, record.pid)
+            elif isinstance(record, Event):
+                if record.event == EventKind.FINISHED:
+                    route.finished = True
+                elif self._requests:
+                    self._requests.answer(batch.agent_id, record)
+
+    def _handle_control(self, socket: zmq.Socket, identity: bytes, frames: list[bytes]) -> None:
+        """A tool's request: forward it to the run's live agents (the reply goes when they answered)."""
+        recv_s = time.time()
+        size = len(frames[1])
+        try:
+            message = control.decode(frames)
+            if message.command not in (control.STACKS, control.SET):
+                raise control.ControlError("control_malformed", f"a collector takes stacks and set requests, not "
+                                                                f"{message.command!r}")
+        except control.ControlError as exc:
+            self._reject(exc.reason, exc.detail, recv_s, size)
+            self._send(socket, identity, control.encode(control.REPLY, id=_request_id(frames), ok=False,
+                                                        error=f"refused ({exc.reason}): {exc.detail}"))
+            return
+        now = time.monotonic()
+        targets = self._routes.live(now, message.run_id, message.ranks)
+        if not targets:
+            runs = self._routes.run_ids(now)
+            which = f"run {message.run_id!r}" if message.run_id else "any run"
+            detail = (f"no live agent of {which}" + (f" with ranks {list(message.ranks)[:8]}" if message.ranks else "")
+                      + f" (heard from in the last {LIVE_S:.0f} s); live runs: {', '.join(runs[:10]) or 'none'}")
+            self._reject("unknown_run", detail, recv_s, size)
+            self._send(socket, identity, control.encode(control.REPLY, id=message.request_id, ok=False,
+                                                        error=detail))
+            return
+        pending = self._requests.open(identity, message, targets, now)
+        with self._lock:
+            self._counters.requests += 1
+        body = {"id": pending.request_id, **({"settings": message.settings} if message.settings else {})}
+        for route in targets.values():
+            self._send(socket, route.identity, control.encode(message.command, **body))
+
+    def _reply_path(self, socket: zmq.Socket) -> None:
+        """Acks every ``ACK_INTERVAL_S``, and the replies of finished requests."""
+        now = time.monotonic()
+        if self._requests:
+            for reply in self._requests.due(now):
+                self._send(socket, reply.tool, control.encode(control.REPLY, **reply.body))
+        if now < self._next_ack:
+            return
+        self._next_ack = now + ACK_INTERVAL_S
+        durable = [committed() for sink in self._sinks if (committed := getattr(sink, "committed_seqs", None))]
+        acked = self._acked
+        for agent_id, received in list(self._received.items()):
+            safe: int | None = received
+            for seqs in durable:
+                committed_seq = seqs.get(agent_id)
+                safe = None if committed_seq is None else min(safe, committed_seq)  # type: ignore[type-var]
+                if safe is None:
+                    break
+            route = self._routes.get(agent_id)
+            if safe is None or route is None or safe <= acked.get(agent_id, -1):
+                continue
+            if self._send(socket, route.identity, control.encode(control.ACK, q=safe)):
+                acked[agent_id] = safe
+
+    def _send(self, socket: zmq.Socket, identity: bytes, frames: list[bytes]) -> bool:
+        """Send to one peer without ever blocking; False when it is gone or not reading."""
+        try:
+            socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:  # Again (its queue is full) or EHOSTUNREACH (it left): the next ack covers it
+            return False
 
     def _reject(self, reason: str, detail: str, recv_s: float, size: int) -> None:
         with self._lock:
@@ -418,6 +532,18 @@ class Collector:
 
 
 # ---- Helpers -----------------------------------------------------------------------------------------------------
+
+
+def _request_id(frames: list[bytes]) -> str:
+    """The ``id`` of a request that was refused, when it can be read at all (so the tool can match the refusal)."""
+    try:
+        import msgpack
+
+        body = msgpack.unpackb(frames[1][: control.MAX_CONTROL_BYTES], raw=False)
+        request_id = body.get("id", "") if isinstance(body, dict) else ""
+        return request_id[: control.MAX_REQUEST_ID_CHARS] if isinstance(request_id, str) else ""
+    except Exception:
+        return ""
 
 
 def raise_open_file_limit(wanted: int) -> int:

@@ -110,6 +110,7 @@ class Recorder:
         self._run_ids_written: set[str] = set()
         # agent_id -> [first_seq, last_seq, messages, records, first_recv_s, last_recv_s]
         self._sequences: dict[str, list[Any]] = {}
+        self._committed: dict[str, int] = {}  # agent_id -> highest seq committed (read by the collector's thread)
         self._transit = transit.TransitTracker()  # per agent: how long its messages queued on the way
         # statistics, not records: their rows are rewritten every TRANSIT_WRITE_S (and at close), not every commit
         self._transit_due: set[str] = set()
@@ -150,6 +151,10 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="ringscope-recorder", daemon=True)
         self._thread.start()
         return self
+
+    def committed_seqs(self) -> Mapping[str, int]:
+        """Per agent, the highest sequence number committed to the file (what the collector acknowledges)."""
+        return self._committed
 
     @property
     def rows_written(self) -> int:
@@ -352,6 +357,9 @@ class Recorder:
                 return
         self._run_ids_written = set(self._run_ids)
         self._rows_written += records - failed
+        committed = self._committed
+        for agent_id in touched:  # acknowledged to the agents by the collector: they may forget these now
+            committed[agent_id] = self._sequences[agent_id][1]
 
     def _insert(self, connection: sqlite3.Connection, rows: dict[str, list[tuple[Any, ...]]],
                 tables: dict[str, list[tuple[Any, ...]]], *, row_by_row: bool) -> int:

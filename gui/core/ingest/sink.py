@@ -4,6 +4,9 @@ The collector thread calls every registered ``IngestSink``; sinks must be fast a
 collector's thread, never the Qt thread) and must never raise (an exception in one sink is logged by the
 collector and does not stop the others).
 
+Optional: a durable sink (the recorder) defines ``committed_seqs() -> Mapping[str, int]``, per agent the highest
+sequence number it has committed; the collector acknowledges to agents only what every durable sink committed.
+
 Optional hook: a sink may also define ``on_joined_late(gap: Gap)``; the collector calls it (and only it) when an
 agent's first message to this collector has ``seq > 0`` (``Gap.kind == JOINED_LATE``): messages this collector never
 saw, sent before it listened or to an earlier collector — not a loss inside the session, so ``on_gap`` is not called.
@@ -62,6 +65,8 @@ class IngestCounters:
     agents: int = 0
     joined_late: int = 0  # agents whose first message here had seq > 0
     missing_before_join: int = 0  # messages those agents sent before this collector heard from them
+    duplicates: int = 0  # messages sent again after a reconnect that this collector already had (dropped)
+    requests: int = 0  # tool requests forwarded to agents (stacks, settings)
 
     @property
     def rejected_total(self) -> int:

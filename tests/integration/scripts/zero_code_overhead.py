@@ -4,7 +4,7 @@
     .venv/bin/python tests/integration/scripts/zero_code_overhead.py --alternating [--rounds 12]
 
 Runs ``peer_ddp.py`` on 2 gloo ranks as: plain (no Ringscope), manual (``instrument``), zero-code (``ringscope
-run``), in ABBA order (zero-code/manual pairs interleaved, the plain floor once per pair) against a real PULL
+run``), in ABBA order (zero-code/manual pairs interleaved, the plain floor once per pair) against a real ROUTER
 collector, and prints each run's median step (wall) and CPU per step, and the median ratios zero-code / manual with
 their range. On a shared 2-core machine the wall figure swings with other load; CPU per step is the steadier one.
 
@@ -32,13 +32,13 @@ ROOT = HERE.parents[2]
 
 def collector() -> str:
     context = zmq.Context()
-    sock = context.socket(zmq.PULL)
+    sock = context.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
 
     def drain() -> None:
         while True:
-            sock.recv()
+            sock.recv_multipart()[-1]
 
     threading.Thread(target=drain, daemon=True).start()
     return f"tcp://127.0.0.1:{port}"

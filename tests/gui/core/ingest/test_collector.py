@@ -219,7 +219,7 @@ def test_close_reads_what_is_already_on_its_way_before_it_stops() -> None:
     sink, peers, messages = SlowSink(), 20, 100
     collector = Collector("tcp://127.0.0.1:0", [sink]).start()
     context = zmq.Context()
-    pushes = [context.socket(zmq.PUSH) for _ in range(peers)]
+    pushes = [context.socket(zmq.DEALER) for _ in range(peers)]
     try:
         for push in pushes:
             push.connect(collector.endpoint)
