@@ -165,18 +165,23 @@ def dump_threads(training_thread: int | None, limit_chars: int = MAX_TEXT_CHARS 
     # the training thread, then the user's threads, then ours (ringscope-*) and daemon threads
     threads.sort(key=lambda t: (not t["training"], str(t["name"]).startswith("ringscope"), bool(t["daemon"]),
                                 str(t["name"])))
+    kept: list[dict[str, Any]] = []
+    used = 2
     cut_threads = 0
-    while len(json.dumps(threads)) > limit_chars:
-        longest = max(threads, key=lambda t: len(t["frames"]))
-        if len(threads) > 1 and not threads[-1]["training"]:
-            threads.pop()
+    for thread in threads:  # whole threads while they fit; the training thread always, cut from its outer end
+        size = len(json.dumps(thread)) + 2
+        if used + size > limit_chars and thread["training"]:
+            while used + size > limit_chars and len(thread["frames"]) > 4:
+                drop = max(1, len(thread["frames"]) // 4)
+                thread["frames"] = thread["frames"][drop:]
+                thread["cut_frames"] += drop
+                size = len(json.dumps(thread)) + 2
+        if used + size > limit_chars - 200:  # room for the note below
             cut_threads += 1
-        elif len(longest["frames"]) > 4:
-            drop = max(1, len(longest["frames"]) // 4)
-            longest["frames"] = longest["frames"][drop:]
-            longest["cut_frames"] += drop
-        else:
-            break
+            continue
+        kept.append(thread)
+        used += size
+    threads = kept
     if cut_threads:
         threads.append({"name": f"... {cut_threads} more thread(s) cut to fit one record", "ident": 0,
                         "training": False, "daemon": None, "frames": [], "cut_frames": 0})

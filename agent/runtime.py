@@ -181,10 +181,14 @@ class Agent:
         """A request from the collector (sender thread): answer with records, never touch the training thread."""
         now = time.time()
         if message.command == control.STACKS:
+            dumps: dict[int | None, list[dict[str, Any]]] = {}  # ranks of one thread share its dump
             for rank, position in self._positions.items():
+                thread = position.thread_id
+                if thread not in dumps:
+                    dumps[thread] = dump_threads(thread)
                 answer = {"id": message.request_id, "pid": self.identity.pid, "host": self.identity.host,
                           "phase": position.phase, "since_s": position.since_s, "step": position.step,
-                          "threads": dump_threads(position.thread_id)}
+                          "threads": dumps[thread]}
                 self._put(Event(now, EventKind.STACKS, rank, position.step, text=json.dumps(answer)))
         elif message.command == control.SET:
             applied: dict[str, Any] = {}

@@ -1,0 +1,225 @@
+"""The reply path with real sockets: a real Collector, real agents (``ringscope.agent.runtime``) on training threads,
+real tool requests (``ringscope.gui.core.ingest.ask``), and raw ZeroMQ peers for the bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import msgpack
+import pytest
+import zmq
+
+from ringscope.agent import control, runtime, wire
+from ringscope.agent.keys import CollectorKeys
+from ringscope.agent.schema import Event, Step
+from ringscope.gui.core.analysis.stacks import fold, render_text
+from ringscope.gui.core.ingest.ask import AskError, ask
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, object]] = []
+        self.lock = threading.Lock()
+
+    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
+        with self.lock:
+            self.records.extend((batch.agent_id, r) for r in batch.records)
+
+    def on_gap(self, gap: Gap) -> None:
+        pass
+
+    def on_rejection(self, rejection: Rejection) -> None:
+        pass
+
+    def events(self, kind: str) -> list[Event]:
+        with self.lock:
+            return [r for _, r in self.records if isinstance(r, Event) and r.event == kind]
+
+    def steps(self) -> list[Step]:
+        with self.lock:
+            return [r for _, r in self.records if isinstance(r, Step)]
+
+
+def blocking_collective_wait(stop: threading.Event) -> None:
+    """Where the test's training threads sit most of the time (the name the stacks must show)."""
+    stop.wait(0.02)
+
+
+class _Training:
+    """``ranks`` agents in this process, each with a training thread stepping through ``blocking_collective_wait``."""
+
+    def __init__(self, endpoint: str, ranks: int, run_id: str = "run-reply", keys: object = None) -> None:
+        self.stop = threading.Event()
+        self.agents = [runtime.start(framework="custom", strategy="none", rank=rank, world_size=ranks, run_id=run_id,
+                                     endpoint=endpoint, sample_devices=False, keys=keys)  # type: ignore[arg-type]
+                       for rank in range(ranks)]
+        self.steps = [0] * ranks
+        self.threads = [threading.Thread(target=self._train, args=(rank,), name=f"train-{rank}", daemon=True)
+                        for rank in range(ranks)]
+        for thread in self.threads:
+            thread.start()
+
+    def _train(self, rank: int) -> None:
+        agent = self.agents[rank]
+        while not self.stop.is_set():
+            start = time.time()
+            agent.position().enter("collective", self.steps[rank])
+            blocking_collective_wait(self.stop)
+            agent.step(rank, self.steps[rank], start, time.time())
+            self.steps[rank] += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(5)
+        for agent in self.agents:
+            agent.close()
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[Collector, _Sink]]:
+    sink = _Sink()
+    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
+    yield collector, sink
+    collector.close()
+
+
+def _heard(sink: _Sink, ranks: int) -> Callable[[], bool]:
+    """The collector has steps of every rank (so it knows their agents)."""
+    return lambda: {s.rank for s in sink.steps()} >= set(range(ranks))
+
+
+def _wait(condition: Callable[[], object], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tuple[Collector, _Sink]) -> None:
+    col, sink = collector
+    training = _Training(col.endpoint, 2)
+    try:
+        _wait(_heard(sink, 2))
+        started = time.monotonic()
+        result = ask(col.endpoint, "stacks", run_id="run-reply", wait_s=2.0)
+        took = time.monotonic() - started
+    finally:
+        training.close()
+    assert took < 2.0 and result["asked"] == 2 and result["answered"] == 2
+    folded = fold(result)
+    # both ranks, folded into one group, the training thread sitting in the test's training function
+    assert [g.ranks for g in folded.training] == [(0, 1)]
+    assert any(frame[2] == "blocking_collective_wait" for frame in folded.training[0].frames)
+    assert "training thread in wait" in render_text(folded) or "blocking_collective_wait" in render_text(folded)
+    assert folded.training[0].phases == ("collective",)
+    # every thread, not only the training one (the heartbeat thread is there)
+    assert any(g.thread.startswith("ringscope-heartbeat") for g in folded.others)
+    # the answers travelled as telemetry: what a recorder stores
+    _wait(lambda: len(sink.events("stacks")) >= 2)
+
+
+def test_set_changes_a_runtime_setting_and_the_change_is_an_event(collector: tuple[Collector, _Sink]) -> None:
+    col, sink = collector
+    training = _Training(col.endpoint, 2)
+    try:
+        _wait(_heard(sink, 2))
+        result = ask(col.endpoint, "set", run_id="run-reply", settings={"stack_after_s": 1.5, "timing": "full"})
+        thresholds = [agent._heartbeat.stack_after_s for agent in training.agents]  # type: ignore[union-attr]
+    finally:
+        training.close()
+    assert thresholds == [1.5, 1.5]
+    answers = sorted(result["ranks"], key=lambda r: r["rank"])
+    assert [a["applied"] for a in answers] == [{"stack_after_s": 1.5}] * 2
+    # no DDP integration in these processes: refused, with the reason
+    assert all("timing" in a["refused"] for a in answers)
+    _wait(lambda: len(sink.events("control")) >= 2)
+
+
+def test_bad_requests_are_refused_counted_and_answered_while_the_training_goes_on(
+        collector: tuple[Collector, _Sink], push: Callable[[str], zmq.Socket]) -> None:
+    col, sink = collector
+    training = _Training(col.endpoint, 1)
+    tool = push(col.endpoint)
+    tool.setsockopt(zmq.RCVTIMEO, 10_000)
+    cases = {
+        "control_malformed": [control.CONTROL_MARKER, b"\xc1 not msgpack"],
+        "control_oversized": [control.CONTROL_MARKER, msgpack.packb({"c": "stacks", "id": "x" * 70_000})],
+        "unknown_run": control.encode("stacks", id="r3", run="no-such-run"),
+    }
+    bad_settings = control.encode("set", id="r4", run="run-reply", settings={"stack_after_s": -1})
+    ack_from_tool = control.encode("ack", q=3)
+    try:
+        _wait(_heard(sink, 1))
+        replies = []
+        for frames in [*cases.values(), bad_settings, ack_from_tool]:
+            tool.send_multipart(frames)
+            replies.append(control.decode(tool.recv_multipart(), limit=None))
+        before = training.steps[0]
+        _wait(lambda: training.steps[0] > before + 5)  # the training never noticed
+    finally:
+        training.close()
+    assert all(not r.ok for r in replies)
+    assert "no live agent of run 'no-such-run'" in replies[2].error and "run-reply" in replies[2].error
+    assert "stack_after_s must be" in replies[3].error
+    rejected = col.counters.rejected
+    assert rejected.get("control_malformed") == 3  # garbage, a bad setting, an ack sent by a tool
+    assert rejected.get("control_oversized") == 1 and rejected.get("unknown_run") == 1
+    assert not sink.events("control")  # nothing reached an agent
+
+
+def test_a_tool_without_the_access_token_is_refused_and_counted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    keys = CollectorKeys.load_or_create(tmp_path / "keys.json")
+    sink = _Sink()
+    col = Collector("tcp://127.0.0.1:0", [sink], keys=keys).start()
+    training = _Training(col.endpoint, 1, keys=keys.agent_keys)
+    try:
+        _wait(_heard(sink, 1))
+        with pytest.raises(AskError, match="access token"):
+            ask(col.endpoint, "stacks", wait_s=0.5, timeout_s=1.5)
+        _wait(lambda: col.counters.rejected.get("unauthenticated", 0) >= 1)
+        result = ask(col.endpoint, "stacks", wait_s=2.0, keys=keys.agent_keys)  # with it: answered
+    finally:
+        training.close()
+        col.close()
+    assert result["answered"] == 1
+
+
+def test_an_agent_refuses_bad_control_messages_and_keeps_sending() -> None:
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    agent = runtime.start(framework="custom", strategy="none", endpoint=f"tcp://127.0.0.1:{port}", run_id="r",
+                          sample_devices=False)
+    try:
+        identity, _ = router.recv_multipart()
+        for frames in ([control.CONTROL_MARKER, b"\x00garbage"], [control.CONTROL_MARKER, b"x" * 70_000],
+                       control.encode("set", id="a", settings={"no_such": 1}), [b"one frame only"],
+                       control.encode("ack", q=-5)):
+            router.send_multipart([identity, *frames])
+        _wait(lambda: agent.stats is not None and agent.stats.control_refused >= 5)
+        agent.step(0, 0, 1.0, 2.0)
+        received: list[object] = []
+        _wait(lambda: received.extend(wire.decode(router.recv_multipart()[-1]).records) or
+              any(isinstance(r, Step) for r in received))
+    finally:
+        agent.close()
+        router.close(0)
+        context.term()
+    assert agent.stats is not None and agent.stats.control_refused == 5
+
+
+def test_a_message_sent_twice_is_kept_once(collector: tuple[Collector, _Sink],
+                                           push: Callable[[str], zmq.Socket]) -> None:
+    col, sink = collector
+    sock = push(col.endpoint)
+    for seq in (0, 1, 1, 0, 2):  # what a reconnect's resend looks like to a collector that had them
+        sock.send(wire.encode("twice", seq, 100.0, [Step(0, seq, 100.0, 100.5, 0.5)]))
+    _wait(lambda: col.counters.messages + col.counters.duplicates >= 5)
+    assert [s.step for s in sink.steps()] == [0, 1, 2]
+    assert col.counters.duplicates == 2 and col.counters.gaps == 0
