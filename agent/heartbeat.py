@@ -168,18 +168,18 @@ def dump_threads(training_thread: int | None, limit_chars: int = MAX_TEXT_CHARS 
     kept: list[dict[str, Any]] = []
     used = 2
     cut_threads = 0
-    for thread in threads:  # whole threads while they fit; the training thread always, cut from its outer end
-        size = len(json.dumps(thread)) + 2
-        if used + size > limit_chars and thread["training"]:
-            while used + size > limit_chars and len(thread["frames"]) > 4:
-                drop = max(1, len(thread["frames"]) // 4)
-                thread["frames"] = thread["frames"][drop:]
-                thread["cut_frames"] += drop
-                size = len(json.dumps(thread)) + 2
+    for entry in threads:  # whole threads while they fit; the training thread always, cut from its outer end
+        size = len(json.dumps(entry)) + 2
+        if used + size > limit_chars and entry["training"]:
+            while used + size > limit_chars and len(entry["frames"]) > 4:
+                drop = max(1, len(entry["frames"]) // 4)
+                entry["frames"] = entry["frames"][drop:]
+                entry["cut_frames"] += drop
+                size = len(json.dumps(entry)) + 2
         if used + size > limit_chars - 200:  # room for the note below
             cut_threads += 1
             continue
-        kept.append(thread)
+        kept.append(entry)
         used += size
     threads = kept
     if cut_threads:

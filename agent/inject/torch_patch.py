@@ -127,6 +127,7 @@ class ZeroCodeAttachment:
         self._saw_optimizer_step = False
         self._forward_hook: Any = None
         self._closed = False
+        self._full_timing_wanted = False  # set by a collector's request; applied at the next step boundary
 
     # ---- Called by instrument() and the patched DDP methods --------------------------------------------------------
 
@@ -170,6 +171,16 @@ class ZeroCodeAttachment:
             pass
         return None
 
+    def _switch_to_full_timing(self) -> None:
+        """Light -> full at a step boundary, on the training thread (the reducer is idle between steps)."""
+        self._full_timing_wanted = False
+        model = self._model() if self._model is not None else None
+        if model is None or self.probe.light is None:
+            return
+        self._leave_light_timing(model)
+        self.probe.agent.event(EventKind.WARNING, rank=self.probe.rank, step=self.probe.next_step,
+                               text="DDP timing switched to full (per-bucket comm hook) from this step on")
+
     def _leave_light_timing(self, ddp_model: DistributedDataParallel) -> None:
         """A comm hook of the script's arrives while light timing runs: the dispatcher (timing the script's hook)
         becomes DDP's comm hook now, and the gradient-ready marks stop."""
@@ -181,12 +192,24 @@ class ZeroCodeAttachment:
         if self.original_register is not None:
             self.original_register(ddp_model, None, self.slot.hook)
 
+    def set_timing(self, timing: str) -> None:
+        """The ``timing`` runtime setting (sender thread): ``full`` from the next step on; ``light`` only while it
+        is light already (DDP cannot remove a communication hook once registered)."""
+        light = self.probe.light is not None and not self._full_timing_wanted
+        if timing == "full" and light:
+            self._full_timing_wanted = True  # the training thread switches at its next step boundary
+        elif timing == "light" and not light:
+            raise ValueError("DDP cannot remove a communication hook once registered: light timing needs a restart "
+                             "(RINGSCOPE_DDP_TIMING=light)")
+
     # ---- Step boundaries (training thread) -------------------------------------------------------------------------
 
     def before_batch(self) -> None:
         """A batch is requested: end a step whose gradients were reduced but no optimizer step ended it."""
         if _reduced_since_boundary(self.probe):
             self._end_step()
+        if self._full_timing_wanted:
+            self._switch_to_full_timing()
         self.probe.position.enter(DATA_WAIT, self.probe.next_step)  # for the heartbeat: where this rank is
 
     def batch_ready(self, started_wall_s: float, waited_s: float, first: bool, batch: Any) -> None:
@@ -355,6 +378,7 @@ def _attach_first(ddp_model: DistributedDataParallel, original_register: Callabl
         return
     ddp_model.__dict__[ZERO_CODE_ATTRIBUTE] = attachment
     _ACTIVE = attachment
+    probe.agent.add_setting("timing", attachment.set_timing)  # ringscope control --timing full
     try:
         attachment._forward_hook = ddp_model.register_forward_pre_hook(attachment.before_forward)
         register_optimizer_step_post_hook(_after_optimizer_step)

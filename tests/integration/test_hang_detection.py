@@ -18,6 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ringscope.gui.core.analysis.stacks import fold
+from ringscope.gui.core.ingest.ask import ask
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "integration" / "scripts" / "ddp_hang.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -107,6 +110,19 @@ def test_a_rank_blocked_forever_is_named_hung_with_its_stack(recording: tuple) -
     training, output = _training(endpoint, "--hang-rank", "1", "--hang-at-step", "50")
     try:
         blocked_at = float(output.wait_for("BLOCKING", 120)[1].split()[1])
+        # stacks on demand, long before the automatic stack (5 s in one phase) or the hang verdict: the stuck rank
+        # sits in the function that blocks it, the other one waits for it inside its backward pass's all-reduce
+        time.sleep(1.0)
+        asked_at = time.monotonic()
+        result = ask(endpoint, "stacks", run_id="hang-run", wait_s=2.0)
+        answered_in, since_block = time.monotonic() - asked_at, time.time() - blocked_at
+        folded = fold(result)
+        stuck = next(g for g in folded.training if g.ranks == (1,))
+        waiting = next(g for g in folded.training if g.ranks == (0,))
+        print(f"stacks on demand answered in {answered_in:.2f} s, {since_block:.1f} s after rank 1 blocked")
+        assert answered_in < 2.0 and since_block < 5.0 and result["answered"] == 2
+        assert [f[2] for f in stuck.frames[-3:]][:2] == ["block_forever", "wait"], stuck.frames[-3:]
+        assert any(f[2] == "backward" for f in waiting.frames), waiting.frames[-5:]
         detected_at, line = record_lines.wait_for("-> hung", THRESHOLD_S + 30)
         _, verdict = record_lines.wait_for("did not reach the collective", 5)
         # the threshold counts from the last completed step, a few ms before rank 1 blocked

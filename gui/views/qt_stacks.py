@@ -1,0 +1,273 @@
+"""Run ▸ Dump stacks: every rank's Python stacks now, folded, as people read a dump.
+
+``QtStacksDialog`` asks the window's collector (``ringscope.gui.core.ingest.ask``) for the stacks of every live
+agent of one run, folds them (``ringscope.gui.core.analysis.stacks``: identical training-thread stacks grouped,
+largest group first) and shows the groups in a tree; the group selected shows its frames below, innermost call
+last, as Python prints a traceback. Other threads and the ranks that did not answer (with why, and the native stack
+``py-spy`` read from outside when it could) have sections of their own. Copy as text gives the same text as
+``ringscope stacks``.
+
+``start_ask`` is the one way the views send a request: the blocking ``ask`` (up to its wait + 15 s) runs on a pool
+worker, never on the GUI thread, and its outcome arrives as a queued signal: the result map, or the ``AskError``'s
+words as a string. The dialog owns only its widgets and the request in flight.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from ringscope.agent.keys import AgentKeys
+from ringscope.gui.core.analysis.stacks import FoldedStacks, StackGroup, Unanswered, fold, rank_ranges, render_text
+from ringscope.gui.core.ingest.ask import AskError, ask
+from ringscope.gui.views import theme
+from ringscope.gui.views.qt_background import BackgroundJob, start_background
+
+WAIT_S = 3.0
+"""How long the agents get to answer (as ``ringscope stacks --wait``); a live agent answers within ~0.1 s."""
+
+_PHASE_COLORS = {"data_wait": theme.PHASE_COLORS["data_wait"], "compute": theme.PHASE_COLORS["compute"],
+                 "collective": theme.PHASE_COLORS["comm_exposed"]}
+"""An agent's position phase in the colour of the step phase it belongs to (a collective is exposed comm)."""
+
+_DETAIL_ROLE = QtCore.Qt.ItemDataRole.UserRole
+
+
+# ---- Public API --------------------------------------------------------------------------------------------------
+
+def start_ask(endpoint: str, command: str, *, keys: AgentKeys | None, what: str, **request: Any) -> BackgroundJob:
+    """Send ``ask(endpoint, command, **request)`` from a pool worker. The job's ``sig_done`` carries the result map,
+    or a string saying why there is none (the ``AskError``); ``sig_failed`` only reports a bug."""
+    def outcome() -> dict[str, Any] | str:
+        try:
+            return ask(endpoint, command, keys=keys, **request)
+        except AskError as exc:
+            return str(exc)
+
+    return start_background(outcome, what)
+
+
+def agents_phrase(agents: int | None, run_id: str) -> str:
+    """``"2 agents of run r1"`` (or ``"the agents of run r1"`` when the count is not known)."""
+    if agents is None or agents <= 0:
+        return f"the agents of run {run_id}"
+    return f"{agents} agent{'s' if agents != 1 else ''} of run {run_id}"
+
+
+class QtStacksDialog(QtWidgets.QDialog):
+    """Non-modal: the window keeps drawing while the user reads. Asks at once when shown by ``refresh``."""
+
+    sig_answered = QtCore.Signal(object)
+    """An answer arrived and is shown (argument: the ``FoldedStacks``)."""
+
+    def __init__(self, endpoint: str, run_id: str, *, keys: AgentKeys | None = None, agents: int | None = None,
+                 wait_s: float = WAIT_S, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.endpoint, self.run_id, self.keys, self.agents, self.wait_s = endpoint, run_id, keys, agents, wait_s
+        self.folded: FoldedStacks | None = None
+        self.error: str | None = None
+        self.job: BackgroundJob | None = None
+        self.setWindowTitle(f"Stacks — run {run_id}")
+        self.resize(980, 680)
+        self.header = QtWidgets.QLabel()
+        self.header.setWordWrap(True)
+        self.header.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.busy = QtWidgets.QProgressBar()
+        self.busy.setRange(0, 0)  # indeterminate: the agents answer when they answer
+        self.busy.setMaximumHeight(6)
+        self.busy.setTextVisible(False)
+        self.busy.hide()
+        self.tree = QtWidgets.QTreeWidget()
+        self.tree.setHeaderHidden(True)
+        self.tree.setRootIsDecorated(True)
+        self.tree.currentItemChanged.connect(self._show_detail)
+        self.detail = QtWidgets.QPlainTextEdit()
+        self.detail.setReadOnly(True)
+        self.detail.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
+        self.detail.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
+        self.detail.setPlaceholderText("Select a group above to see its frames.")
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        split.addWidget(self.tree)
+        split.addWidget(self.detail)
+        split.setSizes([230, 390])
+        self.refresh_button = QtWidgets.QPushButton("Refresh")
+        self.refresh_button.setToolTip("Ask every agent of the run again")
+        self.refresh_button.clicked.connect(self.refresh)
+        self.copy_button = QtWidgets.QPushButton("Copy as text")
+        self.copy_button.setToolTip("The whole dump, as `ringscope stacks` prints it, for a ticket")
+        self.copy_button.clicked.connect(self.copy_text)
+        close = QtWidgets.QPushButton("Close")
+        close.clicked.connect(self.close)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.refresh_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.copy_button)
+        buttons.addWidget(close)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addWidget(self.header)
+        layout.addWidget(self.busy)
+        layout.addWidget(split, 1)
+        layout.addLayout(buttons)
+        self.copy_button.setEnabled(False)
+
+    def refresh(self) -> None:
+        """Ask the run's agents for their stacks (off the GUI thread); the dialog says it is waiting meanwhile."""
+        if self.job is not None:
+            return  # one request at a time: its answer is on its way
+        self._set_header(f"Asking {agents_phrase(self.agents, self.run_id)} for their stacks…", "")
+        self.busy.show()
+        self.refresh_button.setEnabled(False)
+        self.job = start_ask(self.endpoint, "stacks", keys=self.keys, what=f"asking run {self.run_id} for stacks",
+                             run_id=self.run_id, wait_s=self.wait_s)
+        self.job.sig_done.connect(self._answered)
+        self.job.sig_failed.connect(self.show_error)
+
+    def show_result(self, result: dict[str, Any]) -> None:
+        """Show a collector's ``stacks`` result (folded)."""
+        self._idle()
+        self.error = None
+        folded = fold(result)
+        self.folded = folded
+        answered = folded.ranks - len(folded.unanswered)
+        took = f" in {folded.elapsed_s:.2f} s" if folded.elapsed_s is not None else ""
+        stamp = result.get("ts_s")
+        when = time.strftime("%H:%M:%S", time.localtime(float(stamp))) if isinstance(stamp, int | float) else "?"
+        text = (f"<b>{answered} of {folded.ranks} rank{'s' if folded.ranks != 1 else ''} answered{took}</b>"
+                f" · run {self.run_id} · asked at {when} · {len(folded.training)} distinct training-thread "
+                f"stack{'s' if len(folded.training) != 1 else ''}")
+        self._set_header(text, f"color: {theme.ALERT_COLOR};" if folded.unanswered else "")
+        self._fill_tree(folded)
+        self.copy_button.setEnabled(True)
+        self.sig_answered.emit(folded)
+
+    def show_error(self, text: str) -> None:
+        """Say why there is no answer (no collector, unknown run...); what was shown before stays below."""
+        self._idle()
+        self.error = text
+        self._set_header(f"No stacks: {text}", f"color: {theme.ALERT_COLOR};")
+
+    def copy_text(self) -> str:
+        """Put the folded dump on the clipboard as plain text; returns it ('' before an answer)."""
+        text = render_text(self.folded) if self.folded is not None else ""
+        if text:
+            QtWidgets.QApplication.clipboard().setText(f"Run {self.run_id}: {text}")
+        return text
+
+    def group_labels(self) -> list[str]:
+        """The tree's lines, sections first then their items (what a reader sees; tests read it)."""
+        out = []
+        for index in range(self.tree.topLevelItemCount()):
+            section = self.tree.topLevelItem(index)
+            out.append(section.text(0))
+            out.extend("  " + section.child(k).text(0) for k in range(section.childCount()))
+        return out
+
+    # ---- Internals -----------------------------------------------------------------------------------------------
+
+    def _answered(self, outcome: dict[str, Any] | str) -> None:
+        if isinstance(outcome, str):
+            self.show_error(outcome)
+        else:
+            self.show_result(outcome)
+
+    def _idle(self) -> None:
+        self.job = None
+        self.busy.hide()
+        self.refresh_button.setEnabled(True)
+
+    def _set_header(self, text: str, style: str) -> None:
+        self.header.setText(text)
+        self.header.setStyleSheet(style)
+
+    def _fill_tree(self, folded: FoldedStacks) -> None:
+        self.tree.clear()
+        first: QtWidgets.QTreeWidgetItem | None = None
+        training = self._section(f"Training thread — {len(folded.training)} distinct stack"
+                                 f"{'s' if len(folded.training) != 1 else ''}")
+        for index, group in enumerate(folded.training, 1):
+            item = self._item(training, _training_label(index, group), _group_detail(group), group.phases)
+            first = first or item
+        if folded.unanswered:
+            missing = self._section(f"Did not answer — {len(folded.unanswered)} rank"
+                                    f"{'s' if len(folded.unanswered) != 1 else ''}")
+            for entry in folded.unanswered:
+                label = f"rank {entry.rank} (pid {entry.pid} on {entry.host or '?'}): {entry.note.split('. ')[0]}"
+                item = self._item(missing, label, _unanswered_detail(entry), ())
+                item.setForeground(0, QtGui.QBrush(QtGui.QColor(theme.ALERT_COLOR)))
+                first = first or item
+        if folded.others:
+            others = self._section(f"Other threads — {len(folded.others)}")
+            others.setExpanded(len(folded.others) <= 6)
+            for group in folded.others:
+                self._item(others, f"{group.thread}: {_ranks(group.ranks)}, in {group.innermost}",
+                           _group_detail(group), ())
+        if first is not None:
+            self.tree.setCurrentItem(first)
+        else:
+            self.detail.setPlainText("No rank answered and none could be read from outside.")
+
+    def _section(self, title: str) -> QtWidgets.QTreeWidgetItem:
+        section = QtWidgets.QTreeWidgetItem(self.tree, [title])
+        font = section.font(0)
+        font.setBold(True)
+        section.setFont(0, font)
+        section.setFlags(section.flags() & ~QtCore.Qt.ItemFlag.ItemIsSelectable)
+        section.setExpanded(True)
+        return section
+
+    def _item(self, section: QtWidgets.QTreeWidgetItem, label: str, detail: str,
+              phases: tuple[str, ...]) -> QtWidgets.QTreeWidgetItem:
+        item = QtWidgets.QTreeWidgetItem(section, [label])
+        item.setData(0, _DETAIL_ROLE, detail)
+        item.setToolTip(0, label)
+        if len(phases) == 1:
+            item.setIcon(0, _phase_icon(phases[0]))
+        return item
+
+    def _show_detail(self, item: QtWidgets.QTreeWidgetItem | None, _previous: object = None) -> None:
+        detail = item.data(0, _DETAIL_ROLE) if item is not None else None
+        if isinstance(detail, str):
+            self.detail.setPlainText(detail)
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} {rank_ranges(ranks)}"
+
+
+def _training_label(index: int, group: StackGroup) -> str:
+    phases = f", phase {'/'.join(group.phases)}" if group.phases else ""
+    runs = f" of {', '.join(group.runs)}" if len(group.runs) > 1 else ""
+    return f"[{index}] {_ranks(group.ranks)}{runs}{phases}: training thread in {group.innermost}"
+
+
+def _group_detail(group: StackGroup) -> str:
+    """The group's frames as Python prints a traceback: outermost first, innermost call last."""
+    phases = f", phase {'/'.join(group.phases)}" if group.phases else ""
+    lines = [f"{group.thread} of {_ranks(group.ranks)}{phases} (most recent call last):"]
+    for file, line, function, source in group.frames:
+        lines.append(f'  File "{file}", line {line}, in {function}')
+        if source.strip():
+            lines.append(f"    {source.strip()}")
+    if not group.frames:
+        lines.append("  (no Python frame)")
+    return "\n".join(lines)
+
+
+def _unanswered_detail(entry: Unanswered) -> str:
+    where = f"pid {entry.pid} on {entry.host or 'an unknown host'}"
+    lines = [f"rank {entry.rank} ({where}, run {entry.run_id}) did not answer: {entry.note}", ""]
+    if entry.native:
+        lines.append("Native stack, read from outside by the collector (py-spy dump --native):")
+        lines.extend("  " + line for line in entry.native.rstrip().splitlines())
+    else:
+        lines.append("No native stack: py-spy reads only processes on the collector's host, and needs permission "
+                     "to attach (ptrace).")
+    return "\n".join(lines)
+
+
+def _phase_icon(phase: str) -> QtGui.QIcon:
+    pixmap = QtGui.QPixmap(12, 12)
+    pixmap.fill(QtGui.QColor(_PHASE_COLORS.get(phase, theme.PHASE_COLORS["other"])))
+    return QtGui.QIcon(pixmap)

@@ -1,0 +1,86 @@
+"""Runtime control of a real zero-code DDP run (``ringscope run`` + torchrun, 2 gloo ranks on CPU) through a real
+collector: light timing switched to full while it trains, the refusal of the way back, both recorded as events."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ringscope.agent import wire
+from ringscope.agent.schema import Event, EventKind, Step
+from ringscope.gui.core.ingest.ask import ask
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.sink import Gap, Rejection
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "integration" / "scripts" / "plain_ddp.py"
+
+pytestmark = pytest.mark.slow
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records: list[object] = []
+        self.lock = threading.Lock()
+
+    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
+        with self.lock:
+            self.records.extend(batch.records)
+
+    def on_gap(self, gap: Gap) -> None:
+        pass
+
+    def on_rejection(self, rejection: Rejection) -> None:
+        pass
+
+    def steps(self) -> list[Step]:
+        with self.lock:
+            return [r for r in self.records if isinstance(r, Step)]
+
+    def events(self, kind: str) -> list[Event]:
+        with self.lock:
+            return [r for r in self.records if isinstance(r, Event) and r.event == kind]
+
+
+def _wait(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_ddp_timing_goes_from_light_to_full_while_the_run_trains() -> None:
+    sink = _Sink()
+    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("RINGSCOPE_DDP_TIMING", None)
+    training = subprocess.Popen(
+        [sys.executable, "-m", "ringscope.gui.cli", "run", "--endpoint", collector.endpoint, "--run-id", "control-run",
+         "--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SCRIPT),
+         "--steps", "100000", "--data-delay-ms", "20"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        _wait(lambda: {s.rank for s in sink.steps()} == {0, 1}, 120)
+        assert all(s.bucket_count is None for s in sink.steps())  # light timing on CPU/gloo: no comm hook
+        result = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "full"})
+        assert sorted(r["rank"] for r in result["ranks"] if r.get("applied") == {"timing": "full"}) == [0, 1], result
+        switched = len(sink.steps())
+        _wait(lambda: {s.rank for s in sink.steps()[switched:] if s.bucket_count} == {0, 1}, 60)
+        back = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "light"})
+        assert all("restart" in r["refused"]["timing"] for r in back["ranks"]), back
+        _wait(lambda: len(sink.events(EventKind.CONTROL)) >= 4, 10)
+        warnings = [e.text or "" for e in sink.events(EventKind.WARNING)]
+        assert sum("switched to full" in w for w in warnings) == 2, warnings
+    finally:
+        training.terminate()
+        try:
+            training.wait(30)
+        except subprocess.TimeoutExpired:
+            training.kill()
+        collector.close()
