@@ -8,9 +8,12 @@ stack view and the reports; nothing here imports Qt.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from ringscope.agent.schema import Event, EventKind
 
 Frame = tuple[str, int, str, str]  # file, line, function, source line
 
@@ -89,6 +92,27 @@ def fold(result: dict[str, Any]) -> FoldedStacks:
     other_groups.sort(key=lambda g: (g.thread.startswith("ringscope"), -len(g.ranks), g.thread))
     return FoldedStacks(tuple(groups), tuple(other_groups), tuple(unanswered), len(entries),
                         result.get("elapsed_s"))
+
+
+def result_from_events(events: Sequence[Event], run_id: str | None = None) -> dict[str, Any] | None:
+    """The latest stack dump a recording holds (the agents' ``stacks`` events of one request), as a ``stacks``
+    result ``fold`` takes; None when there is none. Ranks that did not answer are not in a recording."""
+    dumps: dict[str, list[tuple[Event, dict[str, Any]]]] = {}
+    for event in events:
+        if event.event != EventKind.STACKS or not event.text:
+            continue
+        try:
+            body = json.loads(event.text)
+        except ValueError:
+            continue
+        if isinstance(body, dict):
+            dumps.setdefault(str(body.get("id", "")), []).append((event, body))
+    if not dumps:
+        return None
+    latest = max(dumps.values(), key=lambda answers: max(e.ts_s for e, _ in answers))
+    ranks = [{**body, "rank": event.rank, "run_id": run_id, "answered": True} for event, body in latest]
+    return {"command": "stacks", "run_id": run_id, "asked": len(ranks), "answered": len(ranks),
+            "ts_s": max(e.ts_s for e, _ in latest), "ranks": ranks}
 
 
 def render_text(folded: FoldedStacks, *, other_threads: bool = True, max_frames: int = 30) -> str:

@@ -89,8 +89,8 @@ def clock_offsets(transits: dict[str, Transit]) -> dict[str, float]:
 
     The smallest transit an agent's messages took (collector receipt - agent send time) is its clock's offset plus
     the path's one-way fixed delay; on a LAN that delay is well under a millisecond, so aligned times agree across
-    hosts to about that. (An NTP-style round trip over the reply path would also remove the one-way delay; the one-way minimum
-    needs no round trip and costs nothing on the training side.)
+    hosts to about that. (An NTP-style round trip over the reply path would also remove the one-way delay; the
+    one-way minimum needs no round trip and costs nothing on the training side.)
     """
     return {agent_id: t.min_transit_s for agent_id, t in transits.items()
             if t.messages and math.isfinite(t.min_transit_s) and abs(t.min_transit_s) >= CLOCK_ALIGN_MIN_S}

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ringscope.gui.core.analysis import stacks
 from ringscope.gui.core.phases import PHASES
 from ringscope.gui.core.report import interactive
 from ringscope.gui.core.report.model import (
@@ -29,6 +30,7 @@ from ringscope.gui.core.report.model import (
     quality_rows,
     straggler_text,
     verdict,
+    when_text,
 )
 from ringscope.gui.core.report.progress import Progress
 
@@ -107,6 +109,11 @@ def _run_sections(report: Report, progress: Progress, prefix: str = "") -> list[
     parts.append(_section(prefix + "checkpoints", "Checkpoints and work at risk", table(checkpoint_rows(report))))
     parts.append(_section(prefix + "recommendations", "Recommendations", recommendations_html(report)))
     parts.append(_section(prefix + "quality", "Data quality", table(quality_rows(report))))
+    dump = stacks.result_from_events(report.session.events, a.run_id)
+    if dump is not None:  # a stack dump on demand was taken during the run: the latest one, folded
+        parts.append(_section(prefix + "stacks", "Stacks on demand",
+                              f"<p>Taken {_e(when_text(dump['ts_s']))}; identical stacks folded.</p><pre>"
+                              f"{_e(stacks.render_text(stacks.fold(dump)))}</pre>"))
     return parts
 
 

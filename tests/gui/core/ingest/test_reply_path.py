@@ -223,3 +223,27 @@ def test_a_message_sent_twice_is_kept_once(collector: tuple[Collector, _Sink],
     _wait(lambda: col.counters.messages + col.counters.duplicates >= 5)
     assert [s.step for s in sink.steps()] == [0, 1, 2]
     assert col.counters.duplicates == 2 and col.counters.gaps == 0
+
+
+def test_a_stack_dump_is_recorded_and_exported_in_the_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ringscope.gui.core.ingest.recorder import Recorder
+    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.report import build_report
+    from ringscope.gui.core.report.html import render_html
+
+    recorder = Recorder(tmp_path / "s.db").start()
+    sink = _Sink()
+    col = Collector("tcp://127.0.0.1:0", [recorder, sink]).start()
+    training = _Training(col.endpoint, 2)
+    try:
+        _wait(_heard(sink, 2))
+        ask(col.endpoint, "stacks", run_id="run-reply", wait_s=2.0)
+        _wait(lambda: len(sink.events("stacks")) >= 2)
+    finally:
+        training.close()
+        col.close()
+        recorder.close()
+    session = load(tmp_path / "s.db")
+    assert len([e for e in session.events if e.event == "stacks"]) == 2
+    page = render_html(build_report(session.for_run("run-reply"), 2.0))
+    assert "Stacks on demand" in page and "2 rank(s) 0-1" in page and "blocking_collective_wait" in page
