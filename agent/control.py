@@ -8,8 +8,9 @@ security, same SSH tunnels and firewall rules)::
     collector -> agent   {"c": "ack", "q": seq}                     everything up to seq is committed: forget it
     collector -> agent   {"c": "stacks", "id": request}            send every thread's stack now
     collector -> agent   {"c": "set", "id": request, "settings": {name: value}}
-    tool -> collector    {"c": "stacks" | "set", "id": request, "run": run id or None, "ranks": [...] or None,
-                          "settings": {...}, "wait_s": seconds}
+    collector -> agent   {"c": "profile", "id": request, "steps": N}  profile the next N steps
+    tool -> collector    {"c": "stacks" | "set" | "profile", "id": request, "run": run id or None,
+                          "ranks": [...] or None, "settings": {...}, "steps": N, "wait_s": seconds}
     collector -> tool    {"c": "reply", "id": request, "ok": bool, "error": text, "result": {...}}
 
 Agents answer a request with telemetry records (an ``Event`` of kind ``stacks`` or ``control`` whose text is the
@@ -37,13 +38,17 @@ this: they travel the other way)."""
 
 MAX_REQUEST_ID_CHARS: Final[int] = 64
 MAX_RUN_ID_CHARS: Final[int] = 256
-MAX_WAIT_S: Final[float] = 60.0
+MAX_WAIT_S: Final[float] = 600.0
+MAX_PROFILE_STEPS: Final[int] = 1000
 
 ACK: Final = "ack"
 STACKS: Final = "stacks"
 SET: Final = "set"
+PROFILE: Final = "profile"
 REPLY: Final = "reply"
-COMMANDS: Final[frozenset[str]] = frozenset({ACK, STACKS, SET, REPLY})
+COMMANDS: Final[frozenset[str]] = frozenset({ACK, STACKS, SET, PROFILE, REPLY})
+REQUESTS: Final[frozenset[str]] = frozenset({STACKS, SET, PROFILE})
+"""What a tool may ask a collector to forward to agents."""
 
 SETTINGS: Final[dict[str, tuple[type, float, float] | tuple[str, ...]]] = {
     "stack_after_s": (float, 0.5, 3600.0),
@@ -86,6 +91,7 @@ class Control:
     ranks: tuple[int, ...] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     wait_s: float | None = None
+    steps: int | None = None  # profile
     ok: bool = True  # replies
     error: str = ""
     result: dict[str, Any] = field(default_factory=dict)
@@ -158,7 +164,13 @@ def decode(frames: list[bytes], *, limit: int | None = MAX_CONTROL_BYTES) -> Con
         settings = check_settings(settings)
     elif settings:
         raise ControlError("control_malformed", f"'settings' belong to a set request, not {command!r}")
-    return Control(command, request_id, run_id=run_id, ranks=ranks, settings=settings, wait_s=wait_s)
+    steps = body.get("steps")
+    if command == PROFILE:
+        if type(steps) is not int or not 1 <= steps <= MAX_PROFILE_STEPS:
+            raise ControlError("control_malformed", f"a profile request needs 'steps' in 1..{MAX_PROFILE_STEPS}")
+    elif steps is not None:
+        raise ControlError("control_malformed", f"'steps' belong to a profile request, not {command!r}")
+    return Control(command, request_id, run_id=run_id, ranks=ranks, settings=settings, wait_s=wait_s, steps=steps)
 
 
 def check_settings(settings: object) -> dict[str, Any]:

@@ -91,6 +91,7 @@ class Agent:
             self._settings["stack_after_s"] = self._heartbeat.set_stack_after
         if sampler is not None:
             self._settings["device_interval_s"] = sampler.set_interval
+        self._profiler: Callable[[str, int], object] | None = None
         if publisher is not None:
             publisher.on_control = self._on_control
 
@@ -177,6 +178,11 @@ class Agent:
             raise ValueError(f"unknown setting {name!r}; known: {', '.join(sorted(control.SETTINGS))}")
         self._settings[name] = apply
 
+    def set_profiler(self, request: Callable[[str, int], object]) -> None:
+        """Let a collector ask for profiles: ``request(request_id, steps)`` is called on the sender thread; it must
+        only arm the profiler (raise ``RuntimeError`` to refuse) and answer later with a ``profile`` event."""
+        self._profiler = request
+
     def _on_control(self, message: control.Control) -> None:
         """A request from the collector (sender thread): answer with records, never touch the training thread."""
         now = time.time()
@@ -190,6 +196,16 @@ class Agent:
                           "phase": position.phase, "since_s": position.since_s, "step": position.step,
                           "threads": dumps[thread]}
                 self._put(Event(now, EventKind.STACKS, rank, position.step, text=json.dumps(answer)))
+        elif message.command == control.PROFILE:
+            try:
+                if self._profiler is None:
+                    raise RuntimeError("no profiler in this process: profiles on demand need the PyTorch DDP "
+                                       "integration (ringscope run, or instrument())")
+                self._profiler(message.request_id, message.steps or 1)
+            except RuntimeError as exc:
+                text = json.dumps({"id": message.request_id, "host": self.identity.host, "pid": self.identity.pid,
+                                   "error": str(exc)})
+                self._put(Event(now, EventKind.PROFILE, self.identity.rank, text=text))
         elif message.command == control.SET:
             applied: dict[str, Any] = {}
             refused: dict[str, str] = {}

@@ -97,10 +97,11 @@ class EventKind:
     HANG: Final = "hang"  # written by the collector side (not an agent): a run stopped completing steps
     STACKS: Final = "stacks"  # a stack dump on demand: text is the JSON answer (ringscope.agent.runtime)
     CONTROL: Final = "control"  # a runtime setting changed on demand: text says what was applied / refused
+    PROFILE: Final = "profile"  # a profile on demand was taken: text is the JSON answer (trace path, top ops)
 
     ALL: Final[frozenset[str]] = frozenset(
         {STARTED, CHECKPOINT_SAVED, CHECKPOINT_RESTORED, RESTART, EPOCH, ERROR, WARNING, FINISHED, HANG, STACKS,
-         CONTROL}
+         CONTROL, PROFILE}
     )
 
 

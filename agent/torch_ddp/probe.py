@@ -30,6 +30,7 @@ from ringscope.agent.torch_ddp.hook import (
     timed_hook,
 )
 from ringscope.agent.torch_ddp.identity import RankIdentity
+from ringscope.agent.torch_ddp.profiling import StepProfiler
 from ringscope.agent.torch_ddp.timing import CudaClock, HostClock, StepMarks, phases
 
 
@@ -95,6 +96,8 @@ class Probe:
         # the training thread only stamps and appends. The lock orders that with close(); step_done never takes it.
         self._report_lock = threading.Lock()
         self._background = agent.add_producer(self._report_pending)
+        self.profiler = StepProfiler(agent, self.rank, identity.is_cuda)  # profiles on demand
+        agent.set_profiler(self._profile_requested)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -119,8 +122,15 @@ class Probe:
         self._marks = self._new_marks(marks.end_wall_s, None, False)
         self._marks.compute_start = marks.step_end
         self.position.enter(IDLE, self.next_step)
+        if self.profiler.armed:  # a profile on demand starts or ends at this step boundary
+            self.profiler.at_step_end(self.next_step)
         if not self._background:
             self._flush(wait=False)
+
+    def _profile_requested(self, request_id: str, steps: int) -> None:
+        if self._closed:
+            raise RuntimeError("this rank's probe is closed")
+        self.profiler.request(request_id, steps)
 
     @contextlib.contextmanager
     def step(self, samples: int | None = None) -> Iterator[StepReport]:

@@ -30,15 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                             "every thread, unfolded)")
 
 
-def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+def add_request_arguments(parser: argparse.ArgumentParser, wait_default: float = 3.0) -> None:
     """What ``stacks`` and ``control`` share: where the collector is, which run and ranks, how long to wait."""
     parser.add_argument("--endpoint", type=connect_endpoint, default=DEFAULT_ENDPOINT,
                         help=f"the collector's endpoint, as the agents use it (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--run", default=None, metavar="RUN", help="run id (default: every live run)")
     parser.add_argument("--ranks", type=rank_list, default=None, metavar="0,3",
                         help="only these ranks (default: all)")
-    parser.add_argument("--wait", type=seconds, default=3.0, metavar="S",
-                        help="how long the agents get to answer (default 3 s)")
+    parser.add_argument("--wait", type=seconds, default=wait_default, metavar="S",
+                        help=f"how long the agents get to answer (default {wait_default:g} s)")
     add_secure_arguments(parser)
 
 

@@ -41,6 +41,7 @@ from ringscope.gui.views.qt_report_actions import ExportJob, ask_export_target, 
 from ringscope.gui.views.qt_run_compare import QtRunCompare, compare_runs_work
 from ringscope.gui.views.qt_run_selection import RunSelection
 from ringscope.gui.views.qt_runs_table import QtRunsTable, RunsTableModel
+from ringscope.gui.views.qt_stacks import RunAgentActions
 from ringscope.gui.views.qt_status_bar import QtStatusBar
 from ringscope.gui.views.qt_step_breakdown import QtStepBreakdown
 from ringscope.gui.views.qt_sweep import QtSweepDialog
@@ -427,6 +428,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
         run_menu = menu.addMenu("&Run")
         run_menu.addAction(self.runs_table.compare_action)
         self.action_hang = self._action(run_menu, "&Hang details…", "Ctrl+H", self.show_hang_details, "")
+        self.agent_actions = RunAgentActions(self, run_menu)  # Dump stacks, Telemetry settings… (asking the agents)
         view_menu = menu.addMenu("&View")
         view_menu.addAction(self.runs_dock.toggleViewAction())
         view_menu.addAction(self.ranks_dock.toggleViewAction())
@@ -457,13 +459,7 @@ class QtMainWindow(QtWidgets.QMainWindow):
 
     def show_hang_details(self) -> QtHangDialog | None:
         """Show the selected run's hang verdict and the stuck ranks' stacks (the last one, if it recovered)."""
-        if self.selected_run_id is None:
-            return None
-        live = self.current_hang()
-        dialog = QtHangDialog(self.selected_run_id, live or self.hangs.get(self.selected_run_id), self,
-                              still_hung=live is not None)
-        dialog.show()
-        return dialog
+        return self.agent_actions.show_hang_details()
 
     def open_preferences(self) -> None:
         """Show the preferences dialog; save and apply what the user accepts."""

@@ -22,8 +22,11 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ringscope.agent.keys import AgentKeys
 from ringscope.gui.core.analysis.stacks import FoldedStacks, StackGroup, Unanswered, fold, rank_ranges, render_text
 from ringscope.gui.core.ingest.ask import AskError, ask
+from ringscope.gui.core.launch import connect_endpoint
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_background import BackgroundJob, start_background
+from ringscope.gui.views.qt_hang import QtHangDialog
+from ringscope.gui.views.qt_run_settings import QtRunSettingsDialog
 
 WAIT_S = 3.0
 """How long the agents get to answer (as ``ringscope stacks --wait``); a live agent answers within ~0.1 s."""
@@ -33,6 +36,8 @@ _PHASE_COLORS = {"data_wait": theme.PHASE_COLORS["data_wait"], "compute": theme.
 """An agent's position phase in the colour of the step phase it belongs to (a collective is exposed comm)."""
 
 _DETAIL_ROLE = QtCore.Qt.ItemDataRole.UserRole
+STACKS_TIP = "Every rank's Python stacks now, identical ones folded (what `ringscope stacks` prints)"
+SETTINGS_TIP = "Change the run's DDP timing, stack threshold or device sampling while it trains"
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -230,6 +235,124 @@ class QtStacksDialog(QtWidgets.QDialog):
         detail = item.data(0, _DETAIL_ROLE) if item is not None else None
         if isinstance(detail, str):
             self.detail.setPlainText(detail)
+
+
+class RunAgentActions(QtCore.QObject):
+    """The Run menu's dialogs about the selected run's agents: Hang details… (what the watcher saw), and Dump stacks
+    and Telemetry settings… (asking the agents now, through the window's collector).
+
+    ``window``: the ``QtMainWindow`` (its collector endpoint and access token, the selected run, its hang verdicts).
+    Both asking actions are disabled, with a tooltip saying why, in a read-only window (a recording has no live
+    agents) and while no run is selected. One stacks dialog and one settings dialog per run, reused.
+    """
+
+    def __init__(self, window: Any, run_menu: QtWidgets.QMenu) -> None:
+        super().__init__(window)
+        self.window = window
+        self.stacks_dialogs: dict[str, QtStacksDialog] = {}
+        self.settings_dialogs: dict[str, QtRunSettingsDialog] = {}
+        self.action_stacks = self._add(run_menu, "Dump &stacks", "Ctrl+D", self.dump_stacks)
+        self.action_settings = self._add(run_menu, "Telemetry se&ttings…", "", self.open_settings)
+        window.sig_run_selected.connect(self.refresh_actions)
+        self.refresh_actions()
+
+    def unavailable(self, run_id: str | None) -> str:
+        """Why the selected run's agents cannot be asked now ('' when they can)."""
+        window = self.window
+        if window.read_only is not None:
+            return "read-only: a recorded session has no live agents to ask"
+        if not window.endpoint:
+            return "this window has no collector to ask through"
+        if window.ingest_failure is not None:
+            return "the collector stopped (see the status bar): nothing can reach the agents"
+        if run_id is None:
+            return "no run selected: click a run in the runs table"
+        return ""
+
+    def refresh_actions(self, *_args: object) -> None:
+        """Enable the asking actions, or disable them with the reason as their tooltip."""
+        reason = self.unavailable(self.window.selected_run_id)
+        for action, tip in ((self.action_stacks, STACKS_TIP), (self.action_settings, SETTINGS_TIP)):
+            action.setEnabled(not reason)
+            action.setToolTip(reason or tip)
+            action.setStatusTip(reason or tip)
+
+    def dump_stacks(self, run_id: str | None = None) -> QtStacksDialog | None:
+        """Show the stacks dialog of ``run_id`` (default: the selected run) and ask its agents again."""
+        run_id = self._askable(run_id)
+        if run_id is None:
+            return None
+        dialog = self.stacks_dialogs.get(run_id)
+        if dialog is None:
+            dialog = QtStacksDialog(connect_endpoint(self.window.endpoint), run_id, keys=self._keys(),
+                                    agents=self._agents(run_id), parent=self.window)
+            self.stacks_dialogs[run_id] = dialog
+        _bring_up(dialog)
+        dialog.refresh()
+        return dialog
+
+    def open_settings(self, run_id: str | None = None) -> QtRunSettingsDialog | None:
+        """Show the telemetry settings dialog of ``run_id`` (default: the selected run)."""
+        run_id = self._askable(run_id)
+        if run_id is None:
+            return None
+        dialog = self.settings_dialogs.get(run_id)
+        if dialog is None:
+            endpoint, keys, key = connect_endpoint(self.window.endpoint), self._keys(), run_id
+
+            def send(settings: dict[str, Any]) -> BackgroundJob:
+                return start_ask(endpoint, "set", keys=keys, what=f"changing run {key}'s settings", run_id=key,
+                                 settings=settings, wait_s=WAIT_S)
+
+            dialog = QtRunSettingsDialog(run_id, send, agents_phrase=agents_phrase(self._agents(run_id), run_id),
+                                         parent=self.window)
+            self.settings_dialogs[run_id] = dialog
+        _bring_up(dialog)
+        return dialog
+
+    def show_hang_details(self) -> QtHangDialog | None:
+        """Show the selected run's hang verdict and the stuck ranks' stacks (the last one, if it recovered)."""
+        run_id = self.window.selected_run_id
+        if run_id is None:
+            return None
+        live = self.window.current_hang()
+        dialog = QtHangDialog(run_id, live or self.window.hangs.get(run_id), self.window, still_hung=live is not None,
+                              stacks=self)
+        dialog.show()
+        return dialog
+
+    def _askable(self, run_id: str | None) -> str | None:
+        run_id = run_id or self.window.selected_run_id
+        reason = self.unavailable(run_id)
+        if reason:
+            self.window.statusBar().showMessage(f"Cannot ask the agents: {reason}", 10_000)
+            self.refresh_actions()
+            return None
+        return run_id
+
+    def _keys(self) -> AgentKeys | None:
+        token = self.window.access_token
+        return AgentKeys.from_token(token, "this window's access token") if token else None
+
+    def _agents(self, run_id: str) -> int | None:
+        row = self.window.run_row
+        return int(row.ranks) if row is not None and row.run_id == run_id else None
+
+    def _add(self, menu: QtWidgets.QMenu, text: str, shortcut: str, slot: Any) -> QtGui.QAction:
+        action = QtGui.QAction(text, self.window)
+        if shortcut:
+            action.setShortcut(QtGui.QKeySequence(shortcut))
+        action.triggered.connect(lambda: slot())
+        menu.setToolTipsVisible(True)
+        menu.addAction(action)
+        self.window.addAction(action)
+        return action
+
+
+def _bring_up(dialog: QtWidgets.QDialog) -> None:
+    dialog.show()
+    dialog.raise_()
+    dialog.activateWindow()
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

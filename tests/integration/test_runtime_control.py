@@ -3,11 +3,13 @@ collector: light timing switched to full while it trains, the refusal of the way
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,7 +57,9 @@ def _wait(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
         time.sleep(0.1)
 
 
-def test_ddp_timing_goes_from_light_to_full_while_the_run_trains() -> None:
+@pytest.fixture(scope="module")
+def ddp_run() -> Iterator[tuple[Collector, _Sink]]:
+    """One zero-code DDP run (2 gloo ranks, ~20 ms steps) for the module's tests, in file order."""
     sink = _Sink()
     collector = Collector("tcp://127.0.0.1:0", [sink]).start()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -67,16 +71,7 @@ def test_ddp_timing_goes_from_light_to_full_while_the_run_trains() -> None:
         stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         _wait(lambda: {s.rank for s in sink.steps()} == {0, 1}, 120)
-        assert all(s.bucket_count is None for s in sink.steps())  # light timing on CPU/gloo: no comm hook
-        result = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "full"})
-        assert sorted(r["rank"] for r in result["ranks"] if r.get("applied") == {"timing": "full"}) == [0, 1], result
-        switched = len(sink.steps())
-        _wait(lambda: {s.rank for s in sink.steps()[switched:] if s.bucket_count} == {0, 1}, 60)
-        back = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "light"})
-        assert all("restart" in r["refused"]["timing"] for r in back["ranks"]), back
-        _wait(lambda: len(sink.events(EventKind.CONTROL)) >= 4, 10)
-        warnings = [e.text or "" for e in sink.events(EventKind.WARNING)]
-        assert sum("switched to full" in w for w in warnings) == 2, warnings
+        yield collector, sink
     finally:
         training.terminate()
         try:
@@ -84,3 +79,40 @@ def test_ddp_timing_goes_from_light_to_full_while_the_run_trains() -> None:
         except subprocess.TimeoutExpired:
             training.kill()
         collector.close()
+
+
+def test_ddp_timing_goes_from_light_to_full_while_the_run_trains(ddp_run: tuple[Collector, _Sink]) -> None:
+    collector, sink = ddp_run
+    assert all(s.bucket_count is None for s in sink.steps())  # light timing on CPU/gloo: no comm hook
+    result = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "full"})
+    assert sorted(r["rank"] for r in result["ranks"] if r.get("applied") == {"timing": "full"}) == [0, 1], result
+    switched = len(sink.steps())
+    _wait(lambda: {s.rank for s in sink.steps()[switched:] if s.bucket_count} == {0, 1}, 60)
+    back = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "light"})
+    assert all("restart" in r["refused"]["timing"] for r in back["ranks"]), back
+    _wait(lambda: len(sink.events(EventKind.CONTROL)) >= 4, 10)
+    warnings = [e.text or "" for e in sink.events(EventKind.WARNING)]
+    assert sum("switched to full" in w for w in warnings) == 2, warnings
+
+
+def test_ringscope_profile_hands_back_one_trace_with_both_ranks_operators(
+        ddp_run: tuple[Collector, _Sink], tmp_path: Path) -> None:
+    collector, sink = ddp_run
+    out = tmp_path / "profile"
+    done = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "profile", "--endpoint", collector.endpoint,
+                           "--run", "control-run", "--steps", "5", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    trace = json.loads((out / "trace.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert {n.split(" (")[0] for n in names} == {"rank 0", "rank 1"}
+    for rank in (0, 1):
+        ops = {e["name"] for e in trace["traceEvents"] if e.get("pid") == rank and e.get("ph") == "X"}
+        assert any(name.startswith("aten::") for name in ops), sorted(ops)[:20]
+    # the ranks' events overlap in time on the merged clock (they ran the same steps together)
+    spans = {rank: [e["ts"] for e in trace["traceEvents"] if e.get("pid") == rank and e.get("ph") == "X"]
+             for rank in (0, 1)}
+    assert max(min(v) for v in spans.values()) < min(max(v) for v in spans.values())
+    assert "rank 0: top operators" in done.stdout and "aten::" in done.stdout
+    assert len(list((out / "ranks").iterdir())) == 2
+    _wait(lambda: len(sink.events(EventKind.PROFILE)) >= 2, 10)  # the answers are recorded

@@ -25,8 +25,8 @@ class AskError(RuntimeError):
 
 
 def ask(endpoint: str, command: str, *, run_id: str | None = None, ranks: list[int] | None = None,
-        settings: dict[str, Any] | None = None, wait_s: float = 3.0, keys: AgentKeys | None = None,
-        timeout_s: float | None = None) -> dict[str, Any]:
+        settings: dict[str, Any] | None = None, steps: int | None = None, wait_s: float = 3.0,
+        keys: AgentKeys | None = None, timeout_s: float | None = None) -> dict[str, Any]:
     """Send one request and return the collector's ``result`` map (see ``ringscope.gui.core.ingest.requests``).
 
     Raises ``AskError`` when nothing answers within ``timeout_s`` (default ``wait_s`` + ``REPLY_MARGIN_S``) or the
@@ -47,7 +47,7 @@ def ask(endpoint: str, command: str, *, run_id: str | None = None, ranks: list[i
             keys.apply(socket)
         socket.connect(endpoint)
         socket.send_multipart(control.encode(command, id=request_id, run=run_id, ranks=ranks, settings=settings,
-                                             wait_s=wait_s), zmq.NOBLOCK)
+                                             steps=steps, wait_s=wait_s), zmq.NOBLOCK)
         deadline_ms = int(timeout * 1000)
         while socket.poll(deadline_ms, zmq.POLLIN):
             try:

@@ -430,6 +430,9 @@ class Collector:
     def _route(self, batch: wire.Batch, identity: bytes) -> None:
         """Remember how to reach the agent, who it is, and what it answered to a request in flight."""
         route = self._routes.heard(batch.agent_id, identity, time.monotonic())
+        transit = time.time() - batch.sent_s  # the smallest is the agent clock's offset (+ the one-way delay)
+        if transit < route.min_transit_s:
+            route.min_transit_s = transit
         self._received[batch.agent_id] = batch.seq
         for record in batch.records:
             if isinstance(record, Hello):
@@ -447,8 +450,9 @@ class Collector:
         size = len(frames[1])
         try:
             message = control.decode(frames)
-            if message.command not in (control.STACKS, control.SET):
-                raise control.ControlError("control_malformed", f"a collector takes stacks and set requests, not "
+            if message.command not in control.REQUESTS:
+                takes = ", ".join(sorted(control.REQUESTS))
+                raise control.ControlError("control_malformed", f"a collector takes {takes} requests, not "
                                                                 f"{message.command!r}")
         except control.ControlError as exc:
             self._reject(exc.reason, exc.detail, recv_s, size)
@@ -469,7 +473,7 @@ class Collector:
         pending = self._requests.open(identity, message, targets, now)
         with self._lock:
             self._counters.requests += 1
-        body = {"id": pending.request_id, **({"settings": message.settings} if message.settings else {})}
+        body = {"id": pending.request_id, "settings": message.settings or None, "steps": message.steps}
         for route in targets.values():
             self._send(socket, route.identity, control.encode(message.command, **body))
 

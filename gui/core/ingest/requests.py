@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -30,8 +31,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ringscope.agent.control import SET, STACKS, Control
+from ringscope.agent.control import PROFILE, SET, STACKS, Control
 from ringscope.agent.schema import Event, EventKind
+from ringscope.gui.core.ingest.transit import CLOCK_ALIGN_MIN_S
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ NATIVE_TIMEOUT_S: Final[float] = 10.0
 """Longest one ``py-spy dump`` may take."""
 MAX_NATIVE: Final[int] = 16
 """Unanswering local processes read with py-spy per request at most (each costs ~0.5-1 s of a core)."""
-ANSWER_KINDS: Final[dict[str, str]] = {STACKS: EventKind.STACKS, SET: EventKind.CONTROL}
+ANSWER_KINDS: Final[dict[str, str]] = {STACKS: EventKind.STACKS, SET: EventKind.CONTROL, PROFILE: EventKind.PROFILE}
 """The ``Event.event`` value an agent answers each command with."""
 
 
@@ -59,6 +61,14 @@ class Route:
     host: str = ""
     pid: int | None = None
     finished: bool = False
+    min_transit_s: float = float("inf")  # receipt - send time, smallest seen: the clock offset (+ one-way delay)
+
+    @property
+    def clock_offset_s(self) -> float:
+        """What to add to this agent's wall times to put them on the collector's clock (0 when it is within
+        ``CLOCK_ALIGN_MIN_S``, as the recorder's alignment does)."""
+        offset = self.min_transit_s
+        return offset if math.isfinite(offset) and abs(offset) >= CLOCK_ALIGN_MIN_S else 0.0
 
 
 class Routes(dict[str, Route]):
@@ -170,7 +180,8 @@ class Requests:
 
     def _complete(self, pending: Pending, agent_id: str) -> bool:
         answers = pending.answers.get(agent_id)
-        return answers is not None and len(answers) >= max(1, len(pending.targets[agent_id].ranks))
+        expected = 1 if pending.command == PROFILE else max(1, len(pending.targets[agent_id].ranks))
+        return answers is not None and len(answers) >= expected
 
     def _read_native(self, pending: Pending, agent_ids: list[str]) -> None:
         for agent_id in agent_ids:
@@ -183,7 +194,8 @@ class Requests:
     def _reply(self, pending: Pending, now: float) -> Reply:
         ranks: list[dict[str, Any]] = []
         for agent_id, route in pending.targets.items():
-            base = {"agent_id": agent_id, "run_id": route.run_id, "host": route.host, "pid": route.pid}
+            base = {"agent_id": agent_id, "run_id": route.run_id, "host": route.host, "pid": route.pid,
+                    "clock_offset_s": route.clock_offset_s}
             answers = pending.answers.get(agent_id)
             if answers:
                 for answer in answers:
@@ -191,6 +203,9 @@ class Requests:
                 continue
             note = ("no answer: its agent did not run within the wait. The training thread may hold the GIL in "
                     "native code (a kernel, a collective, a C extension), or the process is stopped or swapping")
+            if pending.command == PROFILE:
+                note = ("no profile within the wait: the rank did not finish the profiled steps (slow steps, a "
+                        "hang), or the trace export took longer; a late answer is still recorded")
             native = pending.native.get(agent_id)
             for rank in route.ranks or (None,):
                 ranks.append({**base, "rank": rank, "answered": False, "note": note,
