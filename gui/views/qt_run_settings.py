@@ -43,7 +43,7 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         self.run_id, self.send = run_id, send
         self.agents_phrase = agents_phrase or f"the agents of run {run_id}"
         self.job: BackgroundJob | None = None
-        self.result: dict[str, Any] | None = None
+        self.answer: dict[str, Any] | None = None
         self.error: str | None = None
         self.setWindowTitle(f"Telemetry settings — run {run_id}")
         self.resize(620, 460)
@@ -118,12 +118,12 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
     def show_result(self, result: dict[str, Any]) -> None:
         """Show a collector's ``set`` result: a summary, then one line per group of ranks with the same outcome."""
         self._idle()
-        self.result, self.error = result, None
+        self.answer, self.error = result, None
         entries = [e for e in result.get("ranks", []) if isinstance(e, dict)]
         groups: dict[str, list[int]] = {}
         for entry in entries:
-            groups.setdefault(_outcome(entry), []).append(int(entry.get("rank") if entry.get("rank") is not None
-                                                              else -1))
+            rank = entry.get("rank")
+            groups.setdefault(_outcome(entry), []).append(int(rank) if isinstance(rank, int) else -1)
         complete = sum(1 for e in entries if e.get("answered") and not e.get("refused"))
         took = result.get("elapsed_s")
         took_text = f" in {took:.2f} s" if isinstance(took, int | float) else ""

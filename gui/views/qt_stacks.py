@@ -163,10 +163,10 @@ class QtStacksDialog(QtWidgets.QDialog):
     def group_labels(self) -> list[str]:
         """The tree's lines, sections first then their items (what a reader sees; tests read it)."""
         out = []
-        for index in range(self.tree.topLevelItemCount()):
-            section = self.tree.topLevelItem(index)
-            out.append(section.text(0))
-            out.extend("  " + section.child(k).text(0) for k in range(section.childCount()))
+        iterator = QtWidgets.QTreeWidgetItemIterator(self.tree)
+        while (item := iterator.value()) is not None:
+            out.append(("  " if item.parent() is not None else "") + item.text(0))
+            iterator += 1
         return out
 
     # ---- Internals -----------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -125,7 +126,7 @@ class Requests:
 
     def __init__(self, local_host: str, *, py_spy: str | None = None) -> None:
         self._local_host = local_host
-        self._py_spy = py_spy if py_spy is not None else (shutil.which("py-spy") or "")
+        self._py_spy = py_spy if py_spy is not None else find_py_spy()
         self._pending: dict[str, Pending] = {}
         self._finished: deque[Reply] = deque()  # replies completed on a py-spy thread, sent by the collector
 
@@ -215,6 +216,12 @@ class Requests:
                   "answered": len(pending.answers), "elapsed_s": round(now - pending.opened_s, 3),
                   "ts_s": time.time(), "ranks": ranks}
         return Reply(pending.tool, {"id": pending.tool_request_id, "ok": True, "result": result})
+
+
+def find_py_spy() -> str:
+    """py-spy on PATH, or beside this Python (a virtual environment that is not activated); '' when absent."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else "")
 
 
 def native_stacks(pid: int, py_spy: str) -> str:

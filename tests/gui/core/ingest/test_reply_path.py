@@ -17,6 +17,7 @@ from ringscope.agent.schema import Event, Step
 from ringscope.gui.core.analysis.stacks import fold, render_text
 from ringscope.gui.core.ingest.ask import AskError, ask
 from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.requests import find_py_spy
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 
 
@@ -247,3 +248,41 @@ def test_a_stack_dump_is_recorded_and_exported_in_the_report(tmp_path) -> None: 
     assert len([e for e in session.events if e.event == "stacks"]) == 2
     page = render_html(build_report(session.for_run("run-reply"), 2.0))
     assert "Stacks on demand" in page and "2 rank(s) 0-1" in page and "blocking_collective_wait" in page
+
+
+GIL_HOLDER = """
+import re, sys, time
+from ringscope.agent import runtime
+agent = runtime.start(framework="custom", strategy="none", run_id="gil-run", endpoint=sys.argv[1],
+                      sample_devices=False)
+agent.step(0, 0, time.time() - 0.1, time.time())
+time.sleep(1.0)  # the step and the Hello reach the collector
+print("HOLDING", flush=True)
+re.match(r"(a+)+$", "a" * 40 + "b")  # catastrophic backtracking: C code that never releases the GIL
+"""
+
+
+def test_a_rank_holding_the_gil_in_native_code_is_named_and_read_with_py_spy(
+        collector: tuple[Collector, _Sink], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    col, sink = collector
+    script = tmp_path / "gil.py"
+    script.write_text(GIL_HOLDER)
+    process = subprocess.Popen([sys.executable, str(script), col.endpoint], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and "HOLDING" in process.stdout.readline()
+        _wait(_heard(sink, 1))
+        time.sleep(0.5)
+        result = ask(col.endpoint, "stacks", run_id="gil-run", wait_s=1.0)
+    finally:
+        process.kill()
+        process.wait(10)
+    [entry] = result["ranks"]
+    assert entry["answered"] is False and "hold the GIL in native code" in entry["note"]
+    assert find_py_spy(), "py-spy is a dependency of the window (pyproject: gui extra)"
+    # py-spy's dump of the process: the training thread inside re.match, down to the regex engine's C code
+    assert "Thread" in entry["native"] and "match" in entry["native"] and "gil.py" in entry["native"], \
+        entry["native"][:800]
+    assert "rank 0" in render_text(fold(result)) and "native stack" in render_text(fold(result))
