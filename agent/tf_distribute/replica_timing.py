@@ -52,6 +52,7 @@ from tensorflow.python.framework import config as op_config
 from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops import control_flow_util, resource_variable_ops
 
+from ringscope.agent.profiling import StepProfiler
 from ringscope.agent.tf_distribute.loop import _timestamp as _independent_timestamp
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class StampCollector:
         self._rings: dict[int, _Ring] = {}  # local replica index -> its ring
         self._pending: deque[_HostStep] = deque()
         self._senders: set[int] = set()  # ids of the agents whose sender thread drains this collector
+        self.profiler: StepProfiler | None = None  # profiles on demand (set at the first attach)
         self.overwritten = 0  # rows lost because a ring filled before it was read (the sender was starved)
 
     def ring_for(self, rank: int, local_index: int) -> _Ring:
@@ -157,14 +159,22 @@ class StampCollector:
             return ring
 
     def attach(self, agent: Agent) -> None:
-        """Have ``agent``'s sender thread drain this collector every flush interval (once per agent)."""
+        """Have ``agent``'s sender thread drain this collector every flush interval (once per agent), and let a
+        collector ask it for profiles (TensorFlow's profiler is process-wide: one per process)."""
         if id(agent) not in self._senders and agent.add_producer(self.drain):
             self._senders.add(id(agent))
+            from ringscope.agent.tf_distribute.profiling import TfProfiler
+
+            self.profiler = StepProfiler(agent, agent.identity.rank, TfProfiler())
+            agent.set_profiler(self.profiler.request)
 
     def submit(self, start_s: float, end_s: float, emit: Emit) -> None:
         """A host step ran from ``start_s`` to ``end_s``: ``emit`` gets its figures at the next ``drain`` (at once,
         with none, when no replica step was ever timed). Bounded: past ``MAX_PENDING`` waiting steps (nobody drains:
         telemetry off, or a sender that died) the oldest is emitted without figures."""
+        profiler = self.profiler
+        if profiler is not None and profiler.armed:  # a profile on demand starts or ends at this step end
+            profiler.at_step_end(0)
         if not self._rings:
             emit({})
             return

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ringscope.agent.heartbeat import CHECKPOINT, COLLECTIVE, COMPUTE, DATA_WAIT, IDLE
+from ringscope.agent.profiling import StepProfiler
 from ringscope.agent.runtime import Agent
 from ringscope.agent.schema import EventKind, Step
 from ringscope.agent.torch_ddp.hook import (
@@ -30,7 +31,7 @@ from ringscope.agent.torch_ddp.hook import (
     timed_hook,
 )
 from ringscope.agent.torch_ddp.identity import RankIdentity
-from ringscope.agent.torch_ddp.profiling import StepProfiler
+from ringscope.agent.torch_ddp.profiling import TorchProfiler
 from ringscope.agent.torch_ddp.timing import CudaClock, HostClock, StepMarks, phases
 
 
@@ -96,7 +97,7 @@ class Probe:
         # the training thread only stamps and appends. The lock orders that with close(); step_done never takes it.
         self._report_lock = threading.Lock()
         self._background = agent.add_producer(self._report_pending)
-        self.profiler = StepProfiler(agent, self.rank, identity.is_cuda)  # profiles on demand
+        self.profiler = StepProfiler(agent, self.rank, TorchProfiler(identity.is_cuda))  # profiles on demand
         agent.set_profiler(self._profile_requested)
 
     # ---- Public API ----------------------------------------------------------------------------------------------

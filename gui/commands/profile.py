@@ -45,4 +45,4 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     summary = merge(result, args.out)
     print(summary.text())
-    return 0 if summary.trace is not None else EXIT_FAILED
+    return 0 if summary.trace is not None or summary.tensorboard else EXIT_FAILED

@@ -116,3 +116,32 @@ def test_ringscope_profile_hands_back_one_trace_with_both_ranks_operators(
     assert "rank 0: top operators" in done.stdout and "aten::" in done.stdout
     assert len(list((out / "ranks").iterdir())) == 2
     _wait(lambda: len(sink.events(EventKind.PROFILE)) >= 2, 10)  # the answers are recorded
+
+
+def test_a_tensorflow_profile_on_demand_is_kept_in_tensorboards_layout(tmp_path: Path) -> None:
+    """A custom loop under MirroredStrategy (2 CPU replicas, zero-code): TensorFlow's profiler for 3 steps."""
+    sink = _Sink()
+    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
+    script = ROOT / "tests" / "integration" / "scripts" / "tf_straggler.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    training = subprocess.Popen(
+        [sys.executable, "-m", "ringscope.gui.cli", "run", "--endpoint", collector.endpoint, "--run-id", "tf-profile",
+         "--", sys.executable, str(script), "loop", "--steps", "100000", "--slow-ms", "5", "--batch-ms", "5"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait(lambda: len(sink.steps()) >= 10, 180)
+        result = ask(collector.endpoint, "profile", run_id="tf-profile", steps=3, wait_s=60.0)
+    finally:
+        training.terminate()
+        try:
+            training.wait(30)
+        except subprocess.TimeoutExpired:
+            training.kill()
+        collector.close()
+    [answer] = result["ranks"][:1]
+    assert answer["answered"] and answer["format"] == "tensorboard", answer
+    assert any(name.startswith("plugins/profile/") and name.endswith(".xplane.pb") for name in answer["files"]), answer
+    from ringscope.gui.core.report.profiles import merge
+
+    summary = merge(result, tmp_path / "out")
+    assert summary.tensorboard and list(summary.tensorboard[0].rglob("*.xplane.pb"))

@@ -27,6 +27,7 @@ class ProfileSummary:
     problems: list[str] = field(default_factory=list)  # ranks with no trace here, and why
     top_ops: dict[int, list[list[Any]]] = field(default_factory=dict)  # rank -> [name, self CPU ms, device ms, calls]
     events: int = 0
+    tensorboard: list[Path] = field(default_factory=list)  # TensorFlow profiles copied in TensorBoard's layout
 
     def text(self, top: int = 10) -> str:
         """One screen: where the trace is, then each rank's top operators by self time."""
@@ -59,6 +60,17 @@ def merge(result: dict[str, Any], out_dir: str | Path) -> ProfileSummary:
         if entry.get("top_ops"):
             summary.top_ops[int(rank or 0)] = [list(op) for op in entry["top_ops"]]
         path = Path(str(entry.get("trace") or ""))
+        if entry.get("format") == "tensorboard":  # TensorFlow: XPlane files, kept in TensorBoard's layout
+            target = out / "tensorboard" / f"rank{rank}"
+            try:
+                shutil.copytree(path, target, dirs_exist_ok=True)
+                summary.problems.append(f"{who}: TensorFlow profile in TensorBoard's layout: tensorboard --logdir "
+                                        f"{target} (Profile tab)")
+                summary.tensorboard.append(target)
+            except OSError as exc:
+                summary.problems.append(f"{who}: its profile {path} cannot be read here ({type(exc).__name__}); "
+                                        f"copy it from {entry.get('host')}")
+            continue
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
