@@ -6,7 +6,7 @@
 --timing switches DDP's gradient-communication timing (light: no comm hook, full: the per-bucket hook);
 --stack-after sets how long a rank sits in one phase before its heartbeat carries its stack; --device-interval sets
 the GPU/host sampling period. Every agent answers with what it applied and what it refused (and why); the change
-is recorded as a `control` event of the run. Exit codes: 0 every agent applied everything, 1 something was
+is recorded as a 'control' event of the run. Exit codes: 0 every agent applied everything, 1 something was
 refused or nothing answered, 2 bad arguments.
 """
 
@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_request_arguments(parser)
     parser.add_argument("--timing", choices=("light", "full"), default=None,
                         help="DDP communication timing: light (no comm hook) or full (per-bucket hook)")
-    parser.add_argument("--stack-after", type=seconds, default=None, metavar="S",
+    parser.add_argument("--stack-after", type=seconds, default=None, metavar="SECONDS",
                         help="send a rank's stack once it sits this long in one phase")
-    parser.add_argument("--device-interval", type=seconds, default=None, metavar="S",
+    parser.add_argument("--device-interval", type=seconds, default=None, metavar="SECONDS",
                         help="GPU / host sampling period")
 
 

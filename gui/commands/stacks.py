@@ -2,10 +2,10 @@
 
     ringscope stacks [--endpoint E] [--run RUN] [--ranks 0,3] [--wait S] [--json]
 
-Asks the collector at --endpoint (the window or `ringscope record`, default tcp://127.0.0.1:5757) to ask every live
+Asks the collector at --endpoint (the window or 'ringscope record', default tcp://127.0.0.1:5757) to ask every live
 agent of the run for the stacks of all its threads, the training thread first. Identical stacks are folded, with
 the ranks that share each. A rank whose agent cannot answer (its training thread holds the GIL in native code) is
-named, and when it runs on the collector's host its native stack is read with `py-spy dump --native`. The agents'
+named, and when it runs on the collector's host its native stack is read with 'py-spy dump --native'. The agents'
 answers are stored in the recording. A collector started with --secure needs its access token: RINGSCOPE_KEY /
 RINGSCOPE_KEY_FILE, or --secure [--key-file] on the collector's own machine.
 Exit codes: 0 answered, 1 no collector or no live run answered, 2 bad arguments.
@@ -32,12 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_request_arguments(parser: argparse.ArgumentParser, wait_default: float = 3.0) -> None:
     """What ``stacks`` and ``control`` share: where the collector is, which run and ranks, how long to wait."""
-    parser.add_argument("--endpoint", type=connect_endpoint, default=DEFAULT_ENDPOINT,
+    parser.add_argument("--endpoint", type=connect_endpoint, default=DEFAULT_ENDPOINT, metavar="ENDPOINT",
                         help=f"the collector's endpoint, as the agents use it (default {DEFAULT_ENDPOINT})")
     parser.add_argument("--run", default=None, metavar="RUN", help="run id (default: every live run)")
-    parser.add_argument("--ranks", type=rank_list, default=None, metavar="0,3",
+    parser.add_argument("--ranks", type=rank_list, default=None, metavar="N,N,...",
                         help="only these ranks (default: all)")
-    parser.add_argument("--wait", type=seconds, default=wait_default, metavar="S",
+    parser.add_argument("--wait", type=seconds, default=wait_default, metavar="SECONDS",
                         help=f"how long the agents get to answer (default {wait_default:g} s)")
     add_secure_arguments(parser)
 

@@ -6,8 +6,8 @@ device sampling period: what ``ringscope control`` sends. Only the settings the 
 answers with what it applied and what it refused (and why); ranks with the same outcome are folded into one line,
 so 512 ranks read as one or two lines.
 
-The dialog receives ``send``: a function that starts the request off the GUI thread (``qt_stacks.start_ask``) and
-returns its job; it owns only its widgets and the request in flight.
+The dialog receives ``send(settings, receiver)``: a function that starts the request off the GUI thread
+(``qt_stacks.start_ask``) and returns its job; it owns only its widgets and the request in flight.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from PySide6 import QtCore, QtWidgets
 from ringscope.agent.control import SETTINGS
 from ringscope.gui.core.analysis.stacks import rank_ranges
 from ringscope.gui.views import theme
-from ringscope.gui.views.qt_background import BackgroundJob
 
 SETTING_WORDS = {"timing": "DDP timing", "stack_after_s": "stack after", "device_interval_s": "device interval"}
 """How the dialog names each setting in its outcome lines."""
@@ -31,18 +30,18 @@ DEVICE_INTERVAL_DEFAULT_S = 0.5  # the agent's default (RINGSCOPE_DEVICE_INTERVA
 
 
 class QtRunSettingsDialog(QtWidgets.QDialog):
-    """Non-modal. ``send(settings)`` starts the ``set`` request; its job's ``sig_done`` carries the collector's
-    result map or a string saying why there is none."""
+    """Non-modal. ``send(settings, receiver)`` starts the ``set`` request; ``receiver`` gets the collector's result
+    map, or a string saying why there is none."""
 
     sig_applied = QtCore.Signal(object)
     """An answer arrived and is shown (argument: the collector's result map)."""
 
-    def __init__(self, run_id: str, send: Callable[[dict[str, Any]], BackgroundJob], *,
+    def __init__(self, run_id: str, send: Callable[[dict[str, Any], Callable[[Any], object]], object], *,
                  agents_phrase: str | None = None, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.run_id, self.send = run_id, send
         self.agents_phrase = agents_phrase or f"the agents of run {run_id}"
-        self.job: BackgroundJob | None = None
+        self.job: object | None = None
         self.answer: dict[str, Any] | None = None
         self.error: str | None = None
         self.setWindowTitle(f"Telemetry settings — run {run_id}")
@@ -111,9 +110,7 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
             return
         self._set_status(f"Asking {self.agents_phrase} to apply {_words(settings)}…", "")
         self.apply_button.setEnabled(False)
-        self.job = self.send(settings)
-        self.job.sig_done.connect(self._answered)
-        self.job.sig_failed.connect(self.show_error)
+        self.job = self.send(settings, self._answered)
 
     def show_result(self, result: dict[str, Any]) -> None:
         """Show a collector's ``set`` result: a summary, then one line per group of ranks with the same outcome."""

@@ -7,14 +7,20 @@ last, as Python prints a traceback. Other threads and the ranks that did not ans
 ``py-spy`` read from outside when it could) have sections of their own. Copy as text gives the same text as
 ``ringscope stacks``.
 
-``start_ask`` is the one way the views send a request: the blocking ``ask`` (up to its wait + 15 s) runs on a pool
-worker, never on the GUI thread, and its outcome arrives as a queued signal: the result map, or the ``AskError``'s
-words as a string. The dialog owns only its widgets and the request in flight.
+``start_ask`` is the one way the views send a request: the blocking ``ask`` (up to its wait + 15 s) runs on a thread
+of its own, never on the GUI thread, and its outcome arrives as a queued signal: the result map, or the
+``AskError``'s words as a string. The dialog owns only its widgets and the request in flight.
+
+``RunAgentActions`` puts the window's Run menu entries about one run's agents (Hang details…, Dump stacks, Telemetry
+settings…) here rather than in the main window, which stays a composition of views.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -24,9 +30,11 @@ from ringscope.gui.core.analysis.stacks import FoldedStacks, StackGroup, Unanswe
 from ringscope.gui.core.ingest.ask import AskError, ask
 from ringscope.gui.core.launch import connect_endpoint
 from ringscope.gui.views import theme
-from ringscope.gui.views.qt_background import BackgroundJob, start_background
 from ringscope.gui.views.qt_hang import QtHangDialog
 from ringscope.gui.views.qt_run_settings import QtRunSettingsDialog
+
+log = logging.getLogger(__name__)
+_running: set[AskJob] = set()  # requests in flight; a finished one is dropped by the next start_ask (GUI thread)
 
 WAIT_S = 3.0
 """How long the agents get to answer (as ``ringscope stacks --wait``); a live agent answers within ~0.1 s."""
@@ -42,16 +50,43 @@ SETTINGS_TIP = "Change the run's DDP timing, stack threshold or device sampling 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
 
-def start_ask(endpoint: str, command: str, *, keys: AgentKeys | None, what: str, **request: Any) -> BackgroundJob:
-    """Send ``ask(endpoint, command, **request)`` from a pool worker. The job's ``sig_done`` carries the result map,
-    or a string saying why there is none (the ``AskError``); ``sig_failed`` only reports a bug."""
-    def outcome() -> dict[str, Any] | str:
-        try:
-            return ask(endpoint, command, keys=keys, **request)
-        except AskError as exc:
-            return str(exc)
+class AskJob(QtCore.QObject):
+    """One request in flight on a daemon thread of its own (a request to a collector that died waits its whole
+    timeout: it must not hold the application's exit)."""
 
-    return start_background(outcome, what)
+    sig_done = QtCore.Signal(object)
+    """The answer: the collector's result map, or a string saying why there is none."""
+
+    def __init__(self, call: Callable[[], dict[str, Any]]) -> None:
+        super().__init__()
+        self._call = call
+        self.outcome: dict[str, Any] | str | None = None
+        self.finished = False
+
+    def run(self) -> None:
+        """Runs on the request's thread; the emit reaches the receiver queued, on the GUI thread."""
+        try:
+            self.outcome = self._call()
+        except AskError as exc:
+            self.outcome = str(exc)
+        except Exception as exc:  # a bug: said in the dialog, never raised into a thread nobody watches
+            log.exception("a request to the agents failed")
+            self.outcome = f"the request failed: {type(exc).__name__}: {exc}"
+        self.sig_done.emit(self.outcome)
+        self.finished = True
+
+
+def start_ask(endpoint: str, command: str, receiver: Callable[[Any], object], *, keys: AgentKeys | None,
+              **request: Any) -> AskJob:
+    """Send ``ask(endpoint, command, **request)`` off the GUI thread; ``receiver`` (a slot of a widget) gets the
+    result map, or a string saying why there is none. It is connected before the request starts, so a refusal
+    that comes back within a millisecond still reaches it."""
+    _running.difference_update([done for done in _running if done.finished])  # released here, on the GUI thread
+    job = AskJob(lambda: ask(endpoint, command, keys=keys, **request))
+    job.sig_done.connect(receiver)
+    _running.add(job)
+    threading.Thread(target=job.run, name=f"ringscope-ask-{command}", daemon=True).start()
+    return job
 
 
 def agents_phrase(agents: int | None, run_id: str) -> str:
@@ -73,7 +108,7 @@ class QtStacksDialog(QtWidgets.QDialog):
         self.endpoint, self.run_id, self.keys, self.agents, self.wait_s = endpoint, run_id, keys, agents, wait_s
         self.folded: FoldedStacks | None = None
         self.error: str | None = None
-        self.job: BackgroundJob | None = None
+        self.job: AskJob | None = None
         self.setWindowTitle(f"Stacks — run {run_id}")
         self.resize(980, 680)
         self.header = QtWidgets.QLabel()
@@ -124,10 +159,8 @@ class QtStacksDialog(QtWidgets.QDialog):
         self._set_header(f"Asking {agents_phrase(self.agents, self.run_id)} for their stacks…", "")
         self.busy.show()
         self.refresh_button.setEnabled(False)
-        self.job = start_ask(self.endpoint, "stacks", keys=self.keys, what=f"asking run {self.run_id} for stacks",
-                             run_id=self.run_id, wait_s=self.wait_s)
-        self.job.sig_done.connect(self._answered)
-        self.job.sig_failed.connect(self.show_error)
+        self.job = start_ask(self.endpoint, "stacks", self._answered, keys=self.keys, run_id=self.run_id,
+                             wait_s=self.wait_s)
 
     def show_result(self, result: dict[str, Any]) -> None:
         """Show a collector's ``stacks`` result (folded)."""
@@ -300,9 +333,8 @@ class RunAgentActions(QtCore.QObject):
         if dialog is None:
             endpoint, keys, key = connect_endpoint(self.window.endpoint), self._keys(), run_id
 
-            def send(settings: dict[str, Any]) -> BackgroundJob:
-                return start_ask(endpoint, "set", keys=keys, what=f"changing run {key}'s settings", run_id=key,
-                                 settings=settings, wait_s=WAIT_S)
+            def send(settings: dict[str, Any], receiver: Callable[[Any], object]) -> AskJob:
+                return start_ask(endpoint, "set", receiver, keys=keys, run_id=key, settings=settings, wait_s=WAIT_S)
 
             dialog = QtRunSettingsDialog(run_id, send, agents_phrase=agents_phrase(self._agents(run_id), run_id),
                                          parent=self.window)

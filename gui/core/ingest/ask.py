@@ -8,6 +8,7 @@ one control request (``ringscope.agent.control``) and waits for the reply. Nothi
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Final
 
@@ -18,6 +19,10 @@ from ringscope.agent.keys import AgentKeys
 
 REPLY_MARGIN_S: Final[float] = 15.0
 """Beyond the agents' wait: time for the collector to read unanswering local ranks with py-spy (~1 s each)."""
+CONNECT_S: Final[float] = 3.0
+"""How long a connection (and its CURVE handshake) may take before the collector is declared unreachable."""
+_HANDSHAKE_FAILED: Final[int] = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                 | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 class AskError(RuntimeError):
@@ -42,10 +47,14 @@ def ask(endpoint: str, command: str, *, run_id: str | None = None, ranks: list[i
     context = zmq.Context()
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
+    monitor = socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | _HANDSHAKE_FAILED)
+    secure = "" if keys is not None else (" If the collector runs with --secure, give this command its "
+                                          "access token (RINGSCOPE_KEY or RINGSCOPE_KEY_FILE).")
     try:
         if keys is not None:
             keys.apply(socket)
         socket.connect(endpoint)
+        _connected(monitor, endpoint, secure)
         socket.send_multipart(control.encode(command, id=request_id, run=run_id, ranks=ranks, settings=settings,
                                              steps=steps, wait_s=wait_s), zmq.NOBLOCK)
         deadline_ms = int(timeout * 1000)
@@ -58,12 +67,29 @@ def ask(endpoint: str, command: str, *, run_id: str | None = None, ranks: list[i
                 if not reply.ok:
                     raise AskError(reply.error or "the collector refused the request")
                 return reply.result
-        secure = "" if keys is not None else (" If the collector runs with --secure, give this command its "
-                                              "access token (RINGSCOPE_KEY or RINGSCOPE_KEY_FILE).")
-        raise AskError(f"no answer from a collector at {endpoint} within {timeout:.0f} s: is the window or "
-                       f"`ringscope record` running there (--endpoint)?{secure}")
+        raise AskError(f"no answer from the collector at {endpoint} within {timeout:.0f} s")
     except zmq.ZMQError as exc:
         raise AskError(f"cannot reach {endpoint}: {exc}") from None
     finally:
+        socket.disable_monitor()
+        monitor.close(0)
         socket.close(0)
         context.term()
+
+
+def _connected(monitor: zmq.Socket, endpoint: str, secure: str) -> None:
+    """Wait for the connection's handshake; AskError when it fails or nothing answers within ``CONNECT_S``."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    deadline = time.monotonic() + CONNECT_S
+    while (left := deadline - time.monotonic()) > 0:
+        if not monitor.poll(int(left * 1000) + 1):
+            break
+        event = recv_monitor_message(monitor)["event"]
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            return
+        if event & _HANDSHAKE_FAILED:
+            raise AskError(f"the collector at {endpoint} refused this connection's handshake: a wrong or missing "
+                           f"access token, or a collector started without --secure given one.{secure}")
+    raise AskError(f"nothing answers at {endpoint}: is the window or 'ringscope record' running there "
+                   f"(--endpoint)?{secure}")

@@ -27,12 +27,12 @@ WAIT_MS = 20_000
 
 def forward_backward(stop: threading.Event) -> None:
     """Where the training threads sit at first (the name the stacks must show)."""
-    stop.wait(0.02)  # the line the stacks must show
+    stop.wait(0.2)  # the line the stacks must show
 
 
 def optimizer_step(stop: threading.Event) -> None:
     """Where they sit after ``Training.move_on`` (a Refresh must show this one)."""
-    stop.wait(0.02)  # the second place
+    stop.wait(0.2)  # the second place
 
 
 class Training:
@@ -88,6 +88,14 @@ def live() -> Iterator[tuple[Collector, LiveRuns, Training]]:
         collector.close()
 
 
+def _ranks_in(dialog: QtStacksDialog, function: str) -> set[int]:
+    """The ranks whose training thread is in ``function``, whatever line below it (a rank caught waking from its
+    wait, at another line of ``threading``, is a group of its own: folding is by the exact stack)."""
+    assert dialog.folded is not None
+    return {rank for group in dialog.folded.training if any(f[2] == function for f in group.frames)
+            for rank in group.ranks}
+
+
 def _answer(qtbot: QtBot, dialog: QtStacksDialog) -> None:
     qtbot.waitUntil(lambda: dialog.job is None and (dialog.folded is not None or dialog.error is not None),
                     timeout=WAIT_MS)
@@ -106,26 +114,32 @@ def test_the_stacks_dialog_folds_both_ranks_into_their_training_function_and_ref
     _answer(qtbot, dialog)
     assert dialog.error is None and dialog.folded is not None
     assert "2 of 2 ranks answered in" in dialog.header.text() and "run r1" in dialog.header.text()
+    assert _ranks_in(dialog, "forward_backward") == {0, 1}
     labels = dialog.group_labels()
-    assert labels[0] == "Training thread — 1 distinct stack"
-    assert labels[1].startswith("  [1] 2 ranks 0-1, phase compute: training thread in wait (")
+    if len(dialog.folded.training) == 1:  # nearly always (see _ranks_in)
+        assert labels[0] == "Training thread — 1 distinct stack"
+        assert labels[1].startswith("  [1] 2 ranks 0-1, phase compute: training thread in wait (")
+    else:
+        assert labels[0] == f"Training thread — {len(dialog.folded.training)} distinct stacks"
+        assert labels[1].startswith("  [1] 1 rank ")
     assert any(label.startswith("  ringscope-heartbeat") for label in labels), labels
     # the first group is selected: its frames, innermost last, with their source lines
     frames = dialog.detail.toPlainText()
-    assert "in forward_backward\n    stop.wait(0.02)  # the line the stacks must show" in frames
+    assert "in forward_backward\n    stop.wait(0.2)  # the line the stacks must show" in frames
     assert frames.index("in _train") < frames.index("in forward_backward") < frames.rindex("in wait")
     assert not dialog.busy.isVisible() and dialog.refresh_button.isEnabled()
     assert "forward_backward" in dialog.copy_text()
     assert "forward_backward" in QtWidgets.QApplication.clipboard().text()
 
     training.move_on()
-    time.sleep(0.1)  # every rank is past the old function
+    time.sleep(0.5)  # every rank is past the old function
     first = dialog.folded
     dialog.refresh_button.click()
     _answer(qtbot, dialog)
     assert dialog.folded is not first and dialog.error is None
+    assert _ranks_in(dialog, "optimizer_step") == {0, 1} and not _ranks_in(dialog, "forward_backward")
     frames = dialog.detail.toPlainText()
-    assert "in optimizer_step\n    stop.wait(0.02)  # the second place" in frames
+    assert "in optimizer_step\n    stop.wait(0.2)  # the second place" in frames
     assert "forward_backward" not in frames
 
 
@@ -147,9 +161,7 @@ def test_no_collector_at_the_endpoint_is_said_in_the_dialog_not_raised(qtbot: Qt
     dialog = QtStacksDialog("tcp://127.0.0.1:1", "r1")
     qtbot.addWidget(dialog)
     # the dialog's own request would wait its full 18 s; the same path with a short timeout
-    job = start_ask("tcp://127.0.0.1:1", "stacks", keys=None, what="asking run r1", run_id="r1", wait_s=0.1,
-                    timeout_s=0.5)
-    job.sig_done.connect(dialog._answered)
+    start_ask("tcp://127.0.0.1:1", "stacks", dialog._answered, keys=None, run_id="r1", wait_s=0.1, timeout_s=0.5)
     qtbot.waitUntil(lambda: dialog.error is not None, timeout=WAIT_MS)
     assert dialog.header.text().startswith("No stacks: no answer from a collector at tcp://127.0.0.1:1 within")
 
@@ -169,7 +181,7 @@ def test_the_run_menu_and_the_hang_dialog_dump_the_selected_runs_stacks(
     dialog = actions.stacks_dialogs["r1"]
     assert dialog.isVisible() and dialog.header.text() == "Asking 2 agents of run r1 for their stacks…"
     _answer(qtbot, dialog)
-    assert dialog.group_labels()[1].startswith("  [1] 2 ranks 0-1, phase compute")
+    assert _ranks_in(dialog, "forward_backward") == {0, 1}
     # Run ▸ Hang details… of a run that did not hang still offers the stacks as they are now
     hang = window.show_hang_details()
     assert hang is not None and hang.dump_button.isEnabled()

@@ -286,3 +286,21 @@ def test_a_rank_holding_the_gil_in_native_code_is_named_and_read_with_py_spy(
     assert "Thread" in entry["native"] and "match" in entry["native"] and "gil.py" in entry["native"], \
         entry["native"][:800]
     assert "rank 0" in render_text(fold(result)) and "native stack" in render_text(fold(result))
+
+
+@pytest.mark.parametrize(("args", "code", "says"), [
+    (["stacks", "--endpoint", "tcp://127.0.0.1:1"], 1, "nothing answers at tcp://127.0.0.1:1"),
+    (["stacks", "--ranks", "3-1"], 2, "is not a list of ranks like 0,3,5-7"),
+    (["control", "--run", "r"], 2, "nothing to change: give --timing, --stack-after or --device-interval"),
+    (["control", "--stack-after", "-2"], 2, "--stack-after"),
+    (["profile", "--steps", "0", "--out", "x"], 2, "--steps"),
+    (["profile", "--steps", "5000", "--out", "x"], 2, "at most 1000"),
+])
+def test_the_request_commands_say_what_is_wrong(args: list[str], code: int, says: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", *args], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == code and says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
