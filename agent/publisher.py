@@ -359,8 +359,11 @@ class Publisher:
             return
         self._sent_batches += 1
         self._sent_records += len(batch)
-        self._unacked.append((self._seq - 1, payload, time.monotonic()))
+        now = time.monotonic()
+        self._unacked.append((self._seq - 1, payload, now))
         self._unacked_bytes += len(payload)
+        if self._unacked_bytes > UNACKED_MAX_BYTES:
+            self._forget_unacked(now)
 
     # ---- Reply path ----------------------------------------------------------------------------------------------
 

@@ -121,3 +121,24 @@ def test_a_dropped_connection_is_counted_in_health_and_unacknowledged_messages_g
 def test_batch_max_beyond_the_message_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="batch_max"):
         Publisher("tcp://127.0.0.1:1", "x", batch_max=wire.MAX_RECORDS_PER_MESSAGE)
+
+
+def test_what_waits_for_an_ack_stays_within_its_bounds_when_the_collector_never_acknowledges(
+        context: zmq.Context) -> None:
+    from ringscope.agent.publisher import UNACKED_MAX_BYTES
+
+    port = _free_port()
+    pull = _pull(context, port)  # receives everything, acknowledges nothing
+    publisher = Publisher(f"tcp://127.0.0.1:{port}", "unacked", flush_interval_s=0.01).start()
+    text = "x" * (MAX_TEXT_CHARS - 10)
+    try:
+        for i in range(900):  # ~14 MB sent: more than the unacknowledged messages may hold
+            publisher.put(Event(1.0, "warning", step=i, text=text))
+        got = _receive(pull, lambda batches: sum(len(b.records) for b in batches) >= 900)
+        stats = publisher.stats
+    finally:
+        publisher.close()
+        pull.close(0)
+    assert sum(len(b.records) for b in got) >= 900 and stats.dropped_records == 0
+    assert 0 < stats.unacked_bytes <= UNACKED_MAX_BYTES and stats.unacked_expired > 0
+    assert stats.acked_seq == -1
