@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
@@ -24,13 +25,16 @@ class Training:
     outputs: list[str]
     returncodes: list[int]
     counters: dict[str, int]
+    asked: Any = None  # what ``during`` returned
+
 
 
 def record_on_hosts(path: Path, run_id: str, commands: Callable[[TestHosts, int], Sequence[str]], *, hosts: int = 2,
                     expected_steps: int, shape: str | None = None, host_env: dict[int, dict[str, str]] | None = None,
-                    timeout_s: float = 400) -> Training:
+                    timeout_s: float = 400, during: Callable[[Collector], object] | None = None) -> Training:
     """Run ``commands(hosts, i)`` on each host ``i`` (host 1's link limited to ``shape`` when given), recorded into
-    ``path``; waits until ``expected_steps`` step rows and every accepted record are written."""
+    ``path``; waits until ``expected_steps`` step rows and every accepted record are written. ``during`` is called
+    with the collector while the trainings run (what it returns is ``Training.asked``)."""
     with TestHosts(hosts) as test_hosts:
         if shape:
             test_hosts.shape(1, shape)
@@ -43,6 +47,7 @@ def record_on_hosts(path: Path, run_id: str, commands: Callable[[TestHosts, int]
                                           env={**env, **(host_env or {}).get(i, {})}, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True)
                          for i in range(hosts)]
+            asked = during(collector) if during is not None else None
             outputs = [p.communicate(timeout=timeout_s)[0] for p in processes]
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and (recorder.rows_written < expected_steps
@@ -52,4 +57,4 @@ def record_on_hosts(path: Path, run_id: str, commands: Callable[[TestHosts, int]
         finally:
             collector.close()
             recorder.close()
-    return Training(load(path), outputs, [p.returncode for p in processes], counters)
+    return Training(load(path), outputs, [p.returncode for p in processes], counters, asked)

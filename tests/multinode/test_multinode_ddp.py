@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from ringscope.gui.core.analysis.stacks import fold, render_text
 from ringscope.gui.core.analysis.summary import analyze
+from ringscope.gui.core.ingest.ask import AskError, ask
+from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.report.html import write_html
 from ringscope.gui.core.report.model import build_report
 from tests.multinode.hosts import TestHosts, missing_requirements
@@ -29,8 +34,26 @@ if _why and not os.environ.get("CI"):
     pytest.skip(f"multi-node tests need network namespaces: {_why}", allow_module_level=True)
 
 
+def stacks_of_every_rank(run_id: str, ranks: int) -> Callable[[Collector], dict[str, Any] | None]:
+    """Ask the collector for the run's stacks until every rank answered (at most 60 s): the reply path across
+    hosts. Returns the answer and how long it took."""
+    def during(collector: Collector) -> dict[str, Any] | None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            try:
+                result = ask(collector.endpoint, "stacks", run_id=run_id, wait_s=2.0)
+            except AskError:
+                result = None
+            if result is not None and result["answered"] and fold(result).ranks == ranks:
+                return {**result, "took_s": time.monotonic() - started}
+            time.sleep(0.3)
+        return None
+    return during
+
+
 def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = None,
-          skew_s: float | None = None) -> Training:
+          skew_s: float | None = None, during: Callable[[Collector], object] | None = None) -> Training:
     """``torchrun --nnodes 2 --nproc-per-node 2`` on two test hosts (c10d rendezvous on host 0), recorded on the
     master address; returns the loaded session. ``skew_s`` moves every wall time host 1's agents send that many
     seconds ahead, as an unsynchronized host's clock would."""
@@ -42,12 +65,13 @@ def train(tmp: Path, shape: str | None, run_id: str, extra: list[str] | None = N
 
     skewed = {1: {"RINGSCOPE_TEST_CLOCK_SKEW_S": str(skew_s)}} if skew_s is not None else None
     return record_on_hosts(tmp / f"{run_id}.db", run_id, torchrun, expected_steps=2 * RANKS_PER_HOST * STEPS,
-                           shape=shape, host_env=skewed)
+                           shape=shape, host_env=skewed, during=during)
 
 
 @pytest.fixture(scope="module")
 def balanced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Training]:
-    yield train(tmp_path_factory.mktemp("balanced"), None, "mn-balanced")
+    yield train(tmp_path_factory.mktemp("balanced"), None, "mn-balanced",
+                during=stacks_of_every_rank("mn-balanced", 2 * RANKS_PER_HOST))
 
 
 def test_two_hosts_recorded_with_ranks_grouped_by_host_and_nothing_lost(balanced: Training) -> None:
@@ -66,6 +90,19 @@ def test_two_hosts_recorded_with_ranks_grouped_by_host_and_nothing_lost(balanced
         assert data.steps_of(rank)["step"].astype(int).tolist() == list(range(STEPS))
     assert data.counters["gaps"] == 0 and data.counters["dropped_by_agents"] == 0
     assert balanced.counters["gaps"] == 0
+
+
+def test_stacks_on_demand_reach_every_rank_on_both_hosts(balanced: Training) -> None:
+    result = balanced.asked
+    assert result is not None, "no stack dump with all 4 ranks answered while the run trained"
+    print(f"4 ranks on 2 hosts answered in {result['took_s']:.2f} s")
+    assert result["took_s"] < 2.0
+    answered = [r for r in result["ranks"] if r["answered"]]
+    assert sorted(r["rank"] for r in answered) == [0, 1, 2, 3]
+    assert sorted({r["host"] for r in answered}) == ["node-0", "node-1"]
+    folded = fold(result)
+    assert all(any("ddp_trainer.py" in frame[0] for frame in group.frames) for group in folded.training), \
+        render_text(folded)
 
 
 def test_balanced_run_names_neither_a_straggler_nor_the_network(balanced: Training) -> None:
