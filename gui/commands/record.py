@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
     counters = collector.counters
     print(f"ringscope record: stopped; {recorder.rows_written} records from {counters.agents} agent(s) in "
           f"{recorder.path} ({recorder.file_bytes / 1e6:.1f} MB); gaps {counters.gaps}, joined late "
-          f"{counters.joined_late}, rejected {counters.rejected_total}, dropped {recorder.dropped_records}",
-          file=sys.stderr, flush=True)
+          f"{counters.joined_late}, sent twice {counters.duplicates} (dropped), rejected {counters.rejected_total}, "
+          f"dropped {recorder.dropped_records}", file=sys.stderr, flush=True)
     if recorder.dropped_records:
         print(f"ringscope record: {recorder.dropped_records} received record(s) were dropped, not written: the "
               f"writer fell more than --queue-mb {args.queue_mb} MB behind the agents (this machine could not keep "
