@@ -18,9 +18,12 @@ settings…) here rather than in the main window, which stays a composition of v
 from __future__ import annotations
 
 import logging
+import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -29,14 +32,17 @@ from ringscope.agent.keys import AgentKeys
 from ringscope.gui.core.analysis.stacks import FoldedStacks, StackGroup, Unanswered, fold, rank_ranges, render_text
 from ringscope.gui.core.ingest.ask import AskError, ask
 from ringscope.gui.core.launch import connect_endpoint
+from ringscope.gui.core.report.profiles import merge
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_hang import QtHangDialog
+from ringscope.gui.views.qt_profile import PROFILE_TIP, QtProfileDialog
 from ringscope.gui.views.qt_run_settings import QtRunSettingsDialog
 
 log = logging.getLogger(__name__)
 _running: set[AskJob] = set()  # requests in flight; a finished one is dropped by the next start_ask (GUI thread)
 
 WAIT_S = 3.0
+PROFILE_WAIT_S = 120.0  # the profiled steps must run, and the traces be written
 """How long the agents get to answer (as ``ringscope stacks --wait``); a live agent answers within ~0.1 s."""
 
 _PHASE_COLORS = {"data_wait": theme.PHASE_COLORS["data_wait"], "compute": theme.PHASE_COLORS["compute"],
@@ -81,11 +87,16 @@ def start_ask(endpoint: str, command: str, receiver: Callable[[Any], object], *,
     """Send ``ask(endpoint, command, **request)`` off the GUI thread; ``receiver`` (a slot of a widget) gets the
     result map, or a string saying why there is none. It is connected before the request starts, so a refusal
     that comes back within a millisecond still reaches it."""
+    return start_job(lambda: ask(endpoint, command, keys=keys, **request), receiver, command)
+
+
+def start_job(call: Callable[[], dict[str, Any]], receiver: Callable[[Any], object], name: str) -> AskJob:
+    """Run ``call`` on a daemon thread of its own; ``receiver`` gets its map or the text of its ``AskError``."""
     _running.difference_update([done for done in _running if done.finished])  # released here, on the GUI thread
-    job = AskJob(lambda: ask(endpoint, command, keys=keys, **request))
+    job = AskJob(call)
     job.sig_done.connect(receiver)
     _running.add(job)
-    threading.Thread(target=job.run, name=f"ringscope-ask-{command}", daemon=True).start()
+    threading.Thread(target=job.run, name=f"ringscope-ask-{name}", daemon=True).start()
     return job
 
 
@@ -127,7 +138,7 @@ class QtStacksDialog(QtWidgets.QDialog):
         self.detail.setReadOnly(True)
         self.detail.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
         self.detail.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
-        self.detail.setPlaceholderText("Select a group above to see its frames.")
+        self.detail.setPlaceholderText("The frames of the group selected above, innermost call last.")
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         split.addWidget(self.tree)
         split.addWidget(self.detail)
@@ -286,6 +297,8 @@ class RunAgentActions(QtCore.QObject):
         self.settings_dialogs: dict[str, QtRunSettingsDialog] = {}
         self.action_stacks = self._add(run_menu, "Dump &stacks", "Ctrl+D", self.dump_stacks)
         self.action_settings = self._add(run_menu, "Telemetry se&ttings…", "", self.open_settings)
+        self.action_profile = self._add(run_menu, "Capture &profile…", "", self.open_profile)
+        self.profile_dialogs: dict[str, QtProfileDialog] = {}
         window.sig_run_selected.connect(self.refresh_actions)
         self.refresh_actions()
 
@@ -305,7 +318,8 @@ class RunAgentActions(QtCore.QObject):
     def refresh_actions(self, *_args: object) -> None:
         """Enable the asking actions, or disable them with the reason as their tooltip."""
         reason = self.unavailable(self.window.selected_run_id)
-        for action, tip in ((self.action_stacks, STACKS_TIP), (self.action_settings, SETTINGS_TIP)):
+        for action, tip in ((self.action_stacks, STACKS_TIP), (self.action_settings, SETTINGS_TIP),
+                            (self.action_profile, PROFILE_TIP)):
             action.setEnabled(not reason)
             action.setToolTip(reason or tip)
             action.setStatusTip(reason or tip)
@@ -339,6 +353,29 @@ class RunAgentActions(QtCore.QObject):
             dialog = QtRunSettingsDialog(run_id, send, agents_phrase=agents_phrase(self._agents(run_id), run_id),
                                          parent=self.window)
             self.settings_dialogs[run_id] = dialog
+        _bring_up(dialog)
+        return dialog
+
+    def open_profile(self, run_id: str | None = None) -> QtProfileDialog | None:
+        """Show the Capture profile dialog of ``run_id`` (default: the selected run)."""
+        run_id = self._askable(run_id)
+        if run_id is None:
+            return None
+        dialog = self.profile_dialogs.get(run_id)
+        if dialog is None:
+            endpoint, keys, key = connect_endpoint(self.window.endpoint), self._keys(), run_id
+
+            def send(steps: int, ranks: list[int] | None, folder: Path, receiver: Callable[[Any], object]) -> AskJob:
+                def capture() -> dict[str, Any]:  # on the request's thread: ask, then merge the traces
+                    result = ask(endpoint, "profile", keys=keys, run_id=key, ranks=ranks, steps=steps,
+                                 wait_s=PROFILE_WAIT_S)
+                    summary = merge(result, folder)
+                    return {"text": summary.text(), "trace": str(summary.trace or ""), "folder": str(folder)}
+                return start_job(capture, receiver, "profile")
+
+            folder = Path(tempfile.gettempdir()) / "ringscope-profiles" / f"{run_id}-{time.strftime('%H%M%S')}"
+            dialog = QtProfileDialog(run_id, send, folder, parent=self.window)
+            self.profile_dialogs[run_id] = dialog
         _bring_up(dialog)
         return dialog
 
@@ -388,7 +425,8 @@ def _bring_up(dialog: QtWidgets.QDialog) -> None:
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
-    return f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} {rank_ranges(ranks)}"
+    count = len(set(ranks))  # several agents in one process each report the process's threads
+    return f"{count} rank{'s' if count != 1 else ''} {rank_ranges(ranks)}"
 
 
 def _training_label(index: int, group: StackGroup) -> str:
@@ -412,7 +450,7 @@ def _group_detail(group: StackGroup) -> str:
 
 def _unanswered_detail(entry: Unanswered) -> str:
     where = f"pid {entry.pid} on {entry.host or 'an unknown host'}"
-    lines = [f"rank {entry.rank} ({where}, run {entry.run_id}) did not answer: {entry.note}", ""]
+    lines = [f"rank {entry.rank} ({where}, run {entry.run_id}):", textwrap.fill(entry.note, 100), ""]
     if entry.native:
         lines.append("Native stack, read from outside by the collector (py-spy dump --native):")
         lines.extend("  " + line for line in entry.native.rstrip().splitlines())

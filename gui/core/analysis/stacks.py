@@ -172,7 +172,8 @@ def _frame_lines(frames: tuple[Frame, ...], max_frames: int) -> list[str]:
 
 
 def _group(thread: str, frames: tuple[Frame, ...], whos: list[tuple[int, str, str]], training: bool) -> StackGroup:
-    return StackGroup(thread, frames, tuple(sorted(w[0] for w in whos)), tuple(sorted({w[1] for w in whos})),
+    # a process with several agents (or ranks) shows its other threads in every rank's answer: count ranks once
+    return StackGroup(thread, frames, tuple(sorted({w[0] for w in whos})), tuple(sorted({w[1] for w in whos})),
                       training, tuple(sorted({w[2] for w in whos if w[2]})))
 
 

@@ -224,6 +224,15 @@ def find_py_spy() -> str:
     return shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else "")
 
 
+def _process_state(pid: int) -> str:
+    """The one-letter state of a local process (R, S, D, T, Z...), '' when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def native_stacks(pid: int, py_spy: str) -> str:
     """``py-spy dump --native`` of ``pid``, or a sentence saying why it could not be read."""
     if not py_spy:
@@ -239,8 +248,13 @@ def native_stacks(pid: int, py_spy: str) -> str:
     except OSError as exc:
         return f"py-spy could not run: {exc}"
     if done.returncode != 0:
-        error = (done.stderr or done.stdout).strip().splitlines()
-        why = error[-1] if error else f"exit {done.returncode}"
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        # py-spy prints "Error: ..." and then a Rust backtrace: the error line is the one that says why
+        why = next((line.strip() for line in lines if line.startswith("Error")), lines[0] if lines else
+                   f"exit {done.returncode}")
+        state = _process_state(pid)
+        if state == "T":
+            why += " (the process is stopped: SIGSTOP or a debugger)"
         hint = (" (ptrace is not permitted: run the collector as the same user with "
                 "kernel.yama.ptrace_scope=0, or give py-spy CAP_SYS_PTRACE)") if "ermission" in why else ""
         return f"py-spy dump of process {pid} failed: {why[:300]}{hint}"

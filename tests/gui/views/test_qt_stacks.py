@@ -15,12 +15,14 @@ from pytestqt.qtbot import QtBot
 
 from ringscope.agent import runtime
 from ringscope.agent.heartbeat import COMPUTE
+from ringscope.agent.keys import AgentKeys, CollectorKeys
 from ringscope.gui.app import build_window
+from ringscope.gui.core.ingest.ask import AskError, ask
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.live.runs import LiveRuns
 from ringscope.gui.views.qt_main_window import QtMainWindow
 from ringscope.gui.views.qt_preferences import Preferences
-from ringscope.gui.views.qt_stacks import QtStacksDialog, start_ask
+from ringscope.gui.views.qt_stacks import QtStacksDialog
 
 WAIT_MS = 20_000
 
@@ -38,11 +40,11 @@ def optimizer_step(stop: threading.Event) -> None:
 class Training:
     """``ranks`` real agents of run ``run_id``, each with a training thread stepping through ``self.work``."""
 
-    def __init__(self, endpoint: str, ranks: int = 2, run_id: str = "r1") -> None:
+    def __init__(self, endpoint: str, ranks: int = 2, run_id: str = "r1", keys: AgentKeys | None = None) -> None:
         self.stop = threading.Event()
         self.work: Callable[[threading.Event], None] = forward_backward
         self.agents = [runtime.start(framework="custom", strategy="none", rank=rank, world_size=ranks, run_id=run_id,
-                                     endpoint=endpoint, sample_devices=False) for rank in range(ranks)]
+                                     endpoint=endpoint, sample_devices=False, keys=keys) for rank in range(ranks)]
         self.threads = [threading.Thread(target=self._train, args=(rank,), name=f"train-{rank}", daemon=True)
                         for rank in range(ranks)]
         for thread in self.threads:
@@ -160,10 +162,12 @@ def test_an_unknown_run_shows_the_collectors_refusal_in_the_dialog(
 def test_no_collector_at_the_endpoint_is_said_in_the_dialog_not_raised(qtbot: QtBot) -> None:
     dialog = QtStacksDialog("tcp://127.0.0.1:1", "r1")
     qtbot.addWidget(dialog)
-    # the dialog's own request would wait its full 18 s; the same path with a short timeout
-    start_ask("tcp://127.0.0.1:1", "stacks", dialog._answered, keys=None, run_id="r1", wait_s=0.1, timeout_s=0.5)
+    dialog.refresh()  # nothing listens there: ask says so within ~3 s
+    with pytest.raises(AskError) as raised:  # meanwhile: what the dialog must say, the words of the tools' error
+        ask("tcp://127.0.0.1:1", "stacks", run_id="r1")
     qtbot.waitUntil(lambda: dialog.error is not None, timeout=WAIT_MS)
-    assert dialog.header.text().startswith("No stacks: no answer from a collector at tcp://127.0.0.1:1 within")
+    assert "tcp://127.0.0.1:1" in str(raised.value)
+    assert dialog.header.text() == f"No stacks: {raised.value}" and dialog.refresh_button.isEnabled()
 
 
 def test_the_run_menu_and_the_hang_dialog_dump_the_selected_runs_stacks(
@@ -251,3 +255,55 @@ def test_telemetry_settings_apply_through_the_windows_ingest_process_and_show_ea
     finally:
         training.close()
         parts.close()
+
+
+def test_a_secure_window_asks_with_its_own_access_token(qtbot: QtBot) -> None:
+    keys = CollectorKeys.generate()
+    parts = build_window(bind="tcp://127.0.0.1:0", record=False, keys=keys, preferences=Preferences())
+    qtbot.addWidget(parts.window)
+    window = parts.window
+    training = Training(parts.collector.endpoint, keys=keys.agent_keys)
+    try:
+        def selected() -> None:
+            window.refresh_runs()
+            assert window.selected_run_id == "r1" and window.run_row is not None and window.run_row.ranks == 2
+
+        qtbot.waitUntil(selected, timeout=WAIT_MS)
+        dialog = window.agent_actions.dump_stacks()
+        assert dialog is not None and dialog.keys == keys.agent_keys  # the window's token, parsed
+        _answer(qtbot, dialog)
+        assert dialog.error is None, dialog.error
+        assert _ranks_in(dialog, "forward_backward") == {0, 1}
+        dialog.close()
+    finally:
+        training.close()
+        parts.close()
+
+
+def test_capture_profile_asks_through_the_window_and_says_which_ranks_cannot_profile(
+        qtbot: QtBot, live: tuple[Collector, LiveRuns, Training], tmp_path: Path) -> None:
+    """These agents have no framework integration: each rank answers why it cannot profile, and the dialog shows it
+    (the real torch/TensorFlow captures are tests/integration/test_runtime_control.py's)."""
+    collector, runs, _training = live
+    window = QtMainWindow(runs, endpoint=collector.endpoint)
+    qtbot.addWidget(window)
+    window.timer.stop()
+    window.refresh_runs()
+    actions = window.agent_actions
+    assert actions.action_profile.isEnabled()
+    dialog = actions.open_profile()
+    assert dialog is not None and dialog.isVisible()
+    dialog.ranks.setText("1-0")
+    dialog.capture()
+    assert "not a rank or a rising range" in dialog.status.text() and dialog.job is None
+    dialog.ranks.setText("1")
+    dialog.folder.setText(str(tmp_path / "profile"))
+    dialog.steps.setValue(3)
+    dialog.capture()
+    assert dialog.status.text().startswith("Profiling the next 3 step(s) of ranks 1")
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=WAIT_MS)
+    text = dialog.summary.toPlainText()
+    assert "rank 1 (" in text and "no profiler in this process" in text and "rank 0" not in text, text
+    assert dialog.status.text() == "No trace could be merged here; see below why"
+    assert (tmp_path / "profile" / "summary.txt").read_text().strip() == text.strip()
+    dialog.close()
