@@ -15,6 +15,7 @@ import contextlib
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -98,7 +99,16 @@ class Probe:
         self._report_lock = threading.Lock()
         self._background = agent.add_producer(self._report_pending)
         self.profiler = StepProfiler(agent, self.rank, TorchProfiler(identity.is_cuda))  # profiles on demand
-        agent.set_profiler(self._profile_requested)
+        # weakly: the agent's sender thread lives on, and must not keep a dropped probe (and its model) alive
+        probe = weakref.ref(self)
+
+        def profile_requested(request_id: str, steps: int) -> None:
+            alive = probe()
+            if alive is None:
+                raise RuntimeError("this rank's probe is gone")
+            alive._profile_requested(request_id, steps)
+
+        agent.set_profiler(profile_requested)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
