@@ -43,18 +43,13 @@ def add_request_arguments(parser: argparse.ArgumentParser, wait_default: float =
 
 
 def rank_list(text: str) -> list[int]:
-    """``"0,3,5-7"`` -> ``[0, 3, 5, 6, 7]``."""
-    ranks: list[int] = []
+    """``"0,3,5-7"`` -> ``[0, 3, 5, 6, 7]`` (argparse's type)."""
+    from ringscope.gui.core.analysis.stacks import parse_rank_list
+
     try:
-        for part in text.split(","):
-            low, _, high = part.strip().partition("-")
-            first, last = int(low), int(high or low)
-            if first < 0 or last < first or last - first > 65_536:
-                raise ValueError
-            ranks.extend(range(first, last + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of ranks like 0,3,5-7") from None
-    return ranks
+        return parse_rank_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def request_keys(args: argparse.Namespace, command: str) -> tuple[object, int]:

@@ -16,6 +16,7 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.agent.control import MAX_PROFILE_STEPS
+from ringscope.gui.core.analysis.stacks import parse_rank_list
 from ringscope.gui.views import theme
 
 PROFILE_TIP = "Run the framework's profiler on the next N steps of chosen ranks; one merged trace and the top ops"
@@ -126,14 +127,7 @@ def parse_ranks(text: str) -> list[int] | str | None:
     """``""`` -> None (all ranks), ``"0,3,5-7"`` -> the ranks, anything else -> the sentence saying what is wrong."""
     if not text.strip():
         return None
-    ranks: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            return f"Ranks: {text!r} is not a list of ranks like 0,3,5-7"
-        if first < 0 or last < first:
-            return f"Ranks: {part.strip()!r} is not a rank or a rising range"
-        ranks.extend(range(first, last + 1))
-    return ranks
+    try:
+        return parse_rank_list(text)
+    except ValueError as exc:
+        return f"Ranks: {exc}"

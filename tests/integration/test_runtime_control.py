@@ -50,6 +50,15 @@ class _Sink:
             return [r for r in self.records if isinstance(r, Event) and r.event == kind]
 
 
+def _stop(training: subprocess.Popen[str]) -> None:
+    """``ringscope run`` stops the whole training on SIGTERM; kill it if it does not within 30 s."""
+    training.terminate()
+    try:
+        training.wait(30)
+    except subprocess.TimeoutExpired:
+        training.kill()
+
+
 def _wait(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -73,11 +82,7 @@ def ddp_run() -> Iterator[tuple[Collector, _Sink]]:
         _wait(lambda: {s.rank for s in sink.steps()} == {0, 1}, 120)
         yield collector, sink
     finally:
-        training.terminate()
-        try:
-            training.wait(30)
-        except subprocess.TimeoutExpired:
-            training.kill()
+        _stop(training)
         collector.close()
 
 
@@ -132,11 +137,7 @@ def test_a_tensorflow_profile_on_demand_is_kept_in_tensorboards_layout(tmp_path:
         _wait(lambda: len(sink.steps()) >= 10, 180)
         result = ask(collector.endpoint, "profile", run_id="tf-profile", steps=3, wait_s=60.0)
     finally:
-        training.terminate()
-        try:
-            training.wait(30)
-        except subprocess.TimeoutExpired:
-            training.kill()
+        _stop(training)
         collector.close()
     [answer] = result["ranks"][:1]
     assert answer["answered"] and answer["format"] == "tensorboard", answer

@@ -161,6 +161,22 @@ def rank_ranges(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def parse_rank_list(text: str) -> list[int]:
+    """``"0,3,5-7"`` -> ``[0, 3, 5, 6, 7]`` (the inverse of ``rank_ranges``); ``ValueError`` saying what is wrong."""
+    ranks: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            first, last = -1, -1
+        if first < 0 or last < first or last - first > 65_536:
+            raise ValueError(f"{text!r} is not a list of ranks like 0,3,5-7: {part.strip()!r} is not a rank or a "
+                             "rising range")
+        ranks.extend(range(first, last + 1))
+    return ranks
+
+
 def _frame_lines(frames: tuple[Frame, ...], max_frames: int) -> list[str]:
     shown = frames[-max_frames:]
     lines = [f"    ... {len(frames) - len(shown)} outer frame(s)"] if len(shown) < len(frames) else []

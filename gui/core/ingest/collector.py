@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
+import msgpack
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import monitor as zmq_monitor
@@ -346,7 +347,7 @@ class Collector:
                 self._counters.duplicates += 1
             return
         gap = self._track(batch.agent_id, batch.seq, recv_s)
-        self._route(batch, identity)
+        self._route(batch, identity, recv_s)
         with self._lock:
             counters = self._counters
             counters.messages += 1
@@ -427,10 +428,10 @@ class Collector:
 
     # ---- Reply path ----------------------------------------------------------------------------------------------
 
-    def _route(self, batch: wire.Batch, identity: bytes) -> None:
+    def _route(self, batch: wire.Batch, identity: bytes, recv_s: float) -> None:
         """Remember how to reach the agent, who it is, and what it answered to a request in flight."""
-        route = self._routes.heard(batch.agent_id, identity, time.monotonic())
-        transit = time.time() - batch.sent_s  # the smallest is the agent clock's offset (+ the one-way delay)
+        route = self._routes.heard(batch.agent_id, identity, recv_s)
+        transit = recv_s - batch.sent_s  # the smallest is the agent clock's offset (+ the one-way delay)
         if transit < route.min_transit_s:
             route.min_transit_s = transit
         self._received[batch.agent_id] = batch.seq
@@ -459,10 +460,9 @@ class Collector:
             self._send(socket, identity, control.encode(control.REPLY, id=_request_id(frames), ok=False,
                                                         error=f"refused ({exc.reason}): {exc.detail}"))
             return
-        now = time.monotonic()
-        targets = self._routes.live(now, message.run_id, message.ranks)
+        targets = self._routes.live(recv_s, message.run_id, message.ranks)
         if not targets:
-            runs = self._routes.run_ids(now)
+            runs = self._routes.run_ids(recv_s)
             which = f"run {message.run_id!r}" if message.run_id else "any run"
             detail = (f"no live agent of {which}" + (f" with ranks {list(message.ranks)[:8]}" if message.ranks else "")
                       + f" (heard from in the last {LIVE_S:.0f} s); live runs: {', '.join(runs[:10]) or 'none'}")
@@ -470,7 +470,7 @@ class Collector:
             self._send(socket, identity, control.encode(control.REPLY, id=message.request_id, ok=False,
                                                         error=detail))
             return
-        pending = self._requests.open(identity, message, targets, now)
+        pending = self._requests.open(identity, message, targets, time.monotonic())
         with self._lock:
             self._counters.requests += 1
         body = {"id": pending.request_id, "settings": message.settings or None, "steps": message.steps}
@@ -545,8 +545,6 @@ class Collector:
 def _request_id(frames: list[bytes]) -> str:
     """The ``id`` of a request that was refused, when it can be read at all (so the tool can match the refusal)."""
     try:
-        import msgpack
-
         body = msgpack.unpackb(frames[1][: control.MAX_CONTROL_BYTES], raw=False)
         request_id = body.get("id", "") if isinstance(body, dict) else ""
         return request_id[: control.MAX_REQUEST_ID_CHARS] if isinstance(request_id, str) else ""

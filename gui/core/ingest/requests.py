@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -56,7 +55,7 @@ class Route:
     """How to reach one agent, and who it is."""
 
     identity: bytes
-    heard_s: float  # monotonic
+    heard_s: float  # wall clock (the collector's receipt time of the agent's last message)
     run_id: str | None = None
     ranks: tuple[int, ...] = ()
     host: str = ""
@@ -109,7 +108,7 @@ class Pending:
     deadline_s: float
     answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # agent_id -> one answer per rank
     native: dict[str, str] = field(default_factory=dict)  # agent_id -> py-spy output (or why there is none)
-    native_running: bool = False
+    native_thread: threading.Thread | None = None  # reading unanswering local ranks; the reply waits for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +127,9 @@ class Requests:
         self._local_host = local_host
         self._py_spy = py_spy if py_spy is not None else find_py_spy()
         self._pending: dict[str, Pending] = {}
-        self._finished: deque[Reply] = deque()  # replies completed on a py-spy thread, sent by the collector
 
     def __bool__(self) -> bool:
-        return bool(self._pending) or bool(self._finished)
+        return bool(self._pending)
 
     def open(self, tool: bytes, message: Control, targets: dict[str, Route], now: float) -> Pending:
         """Start a request to ``targets``; the caller sends each the returned ``request_id``."""
@@ -160,21 +158,22 @@ class Requests:
     def due(self, now: float) -> list[Reply]:
         """Replies ready to send: requests every agent answered, and those past their deadline."""
         replies: list[Reply] = []
-        while self._finished:
-            replies.append(self._finished.popleft())
         for request_id, pending in list(self._pending.items()):
-            if pending.native_running:
+            if pending.native_thread is not None:
+                if pending.native_thread.is_alive():
+                    continue  # py-spy is still reading: the reply goes with what it read
+            elif not all(self._complete(pending, agent_id) for agent_id in pending.targets) and \
+                    now < pending.deadline_s:
                 continue
-            complete = all(self._complete(pending, agent_id) for agent_id in pending.targets)
-            if not complete and now < pending.deadline_s:
-                continue
-            missing = [agent_id for agent_id in pending.targets if agent_id not in pending.answers]
-            local = [a for a in missing if pending.targets[a].host == self._local_host and pending.targets[a].pid]
-            if pending.command == STACKS and local and not pending.native:
-                pending.native_running = True
-                threading.Thread(target=self._read_native, args=(pending, local[:MAX_NATIVE]),
-                                 name="ringscope-py-spy", daemon=True).start()
-                continue
+            else:
+                missing = [agent_id for agent_id in pending.targets if agent_id not in pending.answers]
+                local = [a for a in missing if pending.targets[a].host == self._local_host and pending.targets[a].pid]
+                if pending.command == STACKS and local:
+                    pending.native_thread = threading.Thread(target=self._read_native,
+                                                             args=(pending, local[:MAX_NATIVE]),
+                                                             name="ringscope-py-spy", daemon=True)
+                    pending.native_thread.start()
+                    continue
             del self._pending[request_id]
             replies.append(self._reply(pending, now))
         return replies
@@ -185,12 +184,10 @@ class Requests:
         return answers is not None and len(answers) >= expected
 
     def _read_native(self, pending: Pending, agent_ids: list[str]) -> None:
+        """On its own thread: fills ``pending.native`` only (the collector's thread replies once it ended)."""
         for agent_id in agent_ids:
             pid = pending.targets[agent_id].pid
             pending.native[agent_id] = native_stacks(pid, self._py_spy) if pid else "no process id"
-        pending.native_running = False
-        del self._pending[pending.request_id]
-        self._finished.append(self._reply(pending, time.monotonic()))
 
     def _reply(self, pending: Pending, now: float) -> Reply:
         ranks: list[dict[str, Any]] = []

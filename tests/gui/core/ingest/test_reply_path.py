@@ -45,9 +45,12 @@ class _Sink:
             return [r for _, r in self.records if isinstance(r, Step)]
 
 
-def blocking_collective_wait(stop: threading.Event) -> None:
-    """Where the test's training threads sit most of the time (the name the stacks must show)."""
+def blocking_collective_wait(stop: threading.Event, hold: threading.Event) -> None:
+    """Where the test's training threads sit most of the time (the name the stacks must show); while ``hold`` is
+    set they stay in it, like ranks waiting for a slow peer, so a dump finds every rank there."""
     stop.wait(0.02)
+    while hold.is_set() and not stop.is_set():
+        stop.wait(0.01)
 
 
 class _Training:
@@ -55,6 +58,7 @@ class _Training:
 
     def __init__(self, endpoint: str, ranks: int, run_id: str = "run-reply", keys: object = None) -> None:
         self.stop = threading.Event()
+        self.hold = threading.Event()
         self.agents = [runtime.start(framework="custom", strategy="none", rank=rank, world_size=ranks, run_id=run_id,
                                      endpoint=endpoint, sample_devices=False, keys=keys)  # type: ignore[arg-type]
                        for rank in range(ranks)]
@@ -69,7 +73,7 @@ class _Training:
         while not self.stop.is_set():
             start = time.time()
             agent.position().enter("collective", self.steps[rank])
-            blocking_collective_wait(self.stop)
+            blocking_collective_wait(self.stop, self.hold)
             agent.step(rank, self.steps[rank], start, time.time())
             self.steps[rank] += 1
 
@@ -106,9 +110,12 @@ def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tu
     training = _Training(col.endpoint, 2)
     try:
         _wait(_heard(sink, 2))
+        training.hold.set()
+        time.sleep(0.1)  # both ranks are inside blocking_collective_wait now
         started = time.monotonic()
         result = ask(col.endpoint, "stacks", run_id="run-reply", wait_s=2.0)
         took = time.monotonic() - started
+        training.hold.clear()
     finally:
         training.close()
     assert took < 2.0 and result["asked"] == 2 and result["answered"] == 2
@@ -116,7 +123,7 @@ def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tu
     # both ranks, folded into one group, the training thread sitting in the test's training function
     assert [g.ranks for g in folded.training] == [(0, 1)]
     assert any(frame[2] == "blocking_collective_wait" for frame in folded.training[0].frames)
-    assert "training thread in wait" in render_text(folded) or "blocking_collective_wait" in render_text(folded)
+    assert "2 rank(s) 0-1, phase collective: training thread in wait" in render_text(folded)
     assert folded.training[0].phases == ("collective",)
     # every thread, not only the training one (the heartbeat thread is there)
     assert any(g.thread.startswith("ringscope-heartbeat") for g in folded.others)
