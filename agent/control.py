@@ -12,6 +12,12 @@ security, same SSH tunnels and firewall rules)::
     tool -> collector    {"c": "stacks" | "set" | "profile", "id": request, "run": run id or None,
                           "ranks": [...] or None, "settings": {...}, "steps": N, "wait_s": seconds}
     collector -> tool    {"c": "reply", "id": request, "ok": bool, "error": text, "result": {...}}
+    tool -> collector    {"c": "status", "id": request, "run": run id}   the run's state as the collector judges it
+    tool -> collector    {"c": "attempt", "id": request, "run": run id, "attempt": {...}}   a restart supervisor's
+                          word on an attempt of the run (started / ended, reason, exit code): recorded
+
+``status`` and ``attempt`` are answered by the collector itself (they reach no agent): they let ``ringscope run
+--restart`` learn that its run hung or lost a rank, and put its attempts into the recording.
 
 Agents answer a request with telemetry records (an ``Event`` of kind ``stacks`` or ``control`` whose text is the
 JSON answer), so what they answer is recorded like everything else they send.
@@ -46,20 +52,31 @@ STACKS: Final = "stacks"
 SET: Final = "set"
 PROFILE: Final = "profile"
 REPLY: Final = "reply"
-COMMANDS: Final[frozenset[str]] = frozenset({ACK, STACKS, SET, PROFILE, REPLY})
+STATUS: Final = "status"
+ATTEMPT: Final = "attempt"
+COMMANDS: Final[frozenset[str]] = frozenset({ACK, STACKS, SET, PROFILE, REPLY, STATUS, ATTEMPT})
 REQUESTS: Final[frozenset[str]] = frozenset({STACKS, SET, PROFILE})
 """What a tool may ask a collector to forward to agents."""
+COLLECTOR_REQUESTS: Final[frozenset[str]] = frozenset({STATUS, ATTEMPT})
+"""What a tool may ask the collector itself."""
+
+ATTEMPT_EVENTS: Final[tuple[str, ...]] = ("started", "ended")
+MAX_ATTEMPTS: Final[int] = 10_000
+MAX_DETAIL_CHARS: Final[int] = 2000
 
 SETTINGS: Final[dict[str, tuple[type, float, float] | tuple[str, ...]]] = {
     "stack_after_s": (float, 0.5, 3600.0),
     "device_interval_s": (float, 0.05, 60.0),
     "timing": ("light", "full"),
+    "flush_interval_s": (float, 0.01, 1.0),
 }
 """What ``set`` may change while a run goes on, and the values accepted (numbers: type, min, max; text: choices).
 
 * ``stack_after_s``: how long a rank sits in one phase before its heartbeat carries its stack.
 * ``device_interval_s``: the device (NVML / host) sampling period.
 * ``timing``: DDP's gradient-communication timing, ``light`` (no comm hook) or ``full`` (per-bucket hook).
+* ``flush_interval_s``: how long records wait on the agent before they are sent (a headless recorder asks for
+  longer: fewer wake-ups of every rank's sender thread; a window keeps the agent's own, short, for latency).
 """
 
 REASONS: Final[dict[str, str]] = {
@@ -81,6 +98,24 @@ class ControlError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptNote:
+    """A restart supervisor's word on one attempt (one start) of a run: it ``started``, or it ``ended`` with a
+    ``reason`` (``finished``, ``stopped``, ``hang``, ``failure``, ``lost``) and the command's exit code."""
+
+    attempt: int
+    event: str  # one of ATTEMPT_EVENTS
+    ts_s: float  # Unix seconds, the supervisor's clock
+    reason: str = ""
+    exit_code: int | None = None
+    detail: str = ""
+
+    def to_body(self) -> dict[str, Any]:
+        """The map ``encode(ATTEMPT, attempt=...)`` sends."""
+        return {"n": self.attempt, "event": self.event, "ts_s": self.ts_s, "reason": self.reason,
+                "exit_code": self.exit_code, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
 class Control:
     """One decoded, validated control message."""
 
@@ -92,6 +127,7 @@ class Control:
     settings: dict[str, Any] = field(default_factory=dict)
     wait_s: float | None = None
     steps: int | None = None  # profile
+    attempt: AttemptNote | None = None  # attempt
     ok: bool = True  # replies
     error: str = ""
     result: dict[str, Any] = field(default_factory=dict)
@@ -148,6 +184,9 @@ def decode(frames: list[bytes], *, limit: int | None = MAX_CONTROL_BYTES) -> Con
     run_id = body.get("run")
     if run_id is not None and (not isinstance(run_id, str) or len(run_id) > MAX_RUN_ID_CHARS):
         raise ControlError("control_malformed", f"'run' must be text of at most {MAX_RUN_ID_CHARS} characters")
+    if command in COLLECTOR_REQUESTS and not run_id:
+        raise ControlError("control_malformed", f"a {command} request needs the run id 'run'")
+    attempt = check_attempt(body.get("attempt")) if command == ATTEMPT else None
     ranks = body.get("ranks")
     if ranks is not None:
         if not isinstance(ranks, list) or len(ranks) > 65_536 or \
@@ -170,7 +209,28 @@ def decode(frames: list[bytes], *, limit: int | None = MAX_CONTROL_BYTES) -> Con
             raise ControlError("control_malformed", f"a profile request needs 'steps' in 1..{MAX_PROFILE_STEPS}")
     elif steps is not None:
         raise ControlError("control_malformed", f"'steps' belong to a profile request, not {command!r}")
-    return Control(command, request_id, run_id=run_id, ranks=ranks, settings=settings, wait_s=wait_s, steps=steps)
+    return Control(command, request_id, run_id=run_id, ranks=ranks, settings=settings, wait_s=wait_s, steps=steps,
+                   attempt=attempt)
+
+
+def check_attempt(body: object) -> AttemptNote:
+    """The ``attempt`` map of an attempt request, validated (raises ``ControlError``)."""
+    if not isinstance(body, dict):
+        raise ControlError("control_malformed", "an attempt request needs 'attempt', a map")
+    number, event, ts_s = body.get("n"), body.get("event"), body.get("ts_s")
+    if type(number) is not int or not 1 <= number <= MAX_ATTEMPTS:
+        raise ControlError("control_malformed", f"'attempt.n' must be an attempt number in 1..{MAX_ATTEMPTS}")
+    if event not in ATTEMPT_EVENTS:
+        raise ControlError("control_malformed", f"'attempt.event' must be one of {', '.join(ATTEMPT_EVENTS)}")
+    if not isinstance(ts_s, int | float) or isinstance(ts_s, bool) or not math.isfinite(ts_s):
+        raise ControlError("control_malformed", "'attempt.ts_s' must be a time in Unix seconds")
+    code = body.get("exit_code")
+    if code is not None and (type(code) is not int or not -(2**31) <= code < 2**31):
+        raise ControlError("control_malformed", "'attempt.exit_code' must be an integer exit code or null")
+    reason, detail = body.get("reason", ""), body.get("detail", "")
+    if not isinstance(reason, str) or len(reason) > 40 or not isinstance(detail, str):
+        raise ControlError("control_malformed", "'attempt.reason' and 'attempt.detail' must be text")
+    return AttemptNote(number, event, float(ts_s), reason, code, detail[:MAX_DETAIL_CHARS])
 
 
 def check_settings(settings: object) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 import psutil
 
+from ringscope.agent.background import BackgroundThread
 from ringscope.agent.schema import GpuSample, GpuStatus, HostSample, Record
 
 log = logging.getLogger(__name__)
@@ -165,22 +165,16 @@ class DeviceProbe:
         )
 
 
-class DeviceSampler:
+class DeviceSampler(BackgroundThread):
     """Calls a ``DeviceProbe`` every ``interval_s`` on its own daemon thread and hands the records to ``sink``."""
 
     def __init__(self, probe: DeviceProbe, sink: Callable[[Record], object], interval_s: float = 0.5) -> None:
         if interval_s <= 0:
             raise ValueError(f"device sampling interval must be > 0 s, got {interval_s}")
+        super().__init__("ringscope-devices")
         self.probe = probe
         self._sink = sink
         self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ringscope-devices", daemon=True)
-
-    def start(self) -> DeviceSampler:
-        """Start sampling. Returns self."""
-        self._thread.start()
-        return self
 
     @property
     def interval_s(self) -> float:
@@ -194,9 +188,7 @@ class DeviceSampler:
 
     def close(self, timeout_s: float = 1.0) -> None:
         """Stop sampling and release NVML."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        super().close(timeout_s)
         self.probe.close()
 
     def _run(self) -> None:

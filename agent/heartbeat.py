@@ -22,6 +22,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ringscope.agent.background import BackgroundThread
 from ringscope.agent.schema import MAX_TEXT_CHARS, Heartbeat, Record
 
 log = logging.getLogger(__name__)
@@ -65,24 +66,18 @@ class Position:
         self.thread_id = threading.get_ident()
 
 
-class HeartbeatThread:
+class HeartbeatThread(BackgroundThread):
     """Sends one ``Heartbeat`` per position every ``interval_s`` through ``put`` (the publisher's queue)."""
 
     def __init__(self, positions: Sequence[Position], put: Callable[[Record], object], *,
                  interval_s: float = INTERVAL_S, stack_after_s: float = STACK_AFTER_S) -> None:
+        super().__init__("ringscope-heartbeat")
         self._positions = tuple(positions)
         self._put = put
         self._interval_s = interval_s
         self._stack_after_s = stack_after_s
         self._last_stack: dict[int, tuple[float, float]] = {}  # rank -> (since_s it was taken for, when)
         self._dump_requested = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ringscope-heartbeat", daemon=True)
-
-    def start(self) -> HeartbeatThread:
-        """Start beating. Returns self."""
-        self._thread.start()
-        return self
 
     @property
     def stack_after_s(self) -> float:
@@ -117,12 +112,6 @@ class HeartbeatThread:
         for record in beats:
             self._put(record)
         return beats
-
-    def close(self, timeout_s: float = 2.0) -> None:
-        """Stop the thread (idempotent)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
 
     def _stack_due(self, rank: int, since: float, now: float) -> bool:
         if now - since < self._stack_after_s:

@@ -17,6 +17,11 @@ in the bounded queue and what does not fit is dropped and counted; the counts tr
 so the app can show them. A batch whose message would exceed ``wire.MAX_MESSAGE_BYTES`` is split, never sent to be
 rejected. Connections that drop are counted (``Health.disconnects``): what was in flight then is lost without
 acknowledgement unless the agent still holds it unacknowledged (then it is sent again at the reconnect).
+
+At close (``close(timeout_s)``): what is queued is sent while a collector takes it, then the agent waits for the
+acks of everything sent, all within ``timeout_s``. What no collector took is counted in ``dropped_records``; what
+was sent and never acknowledged is counted in ``unconfirmed_at_close`` and logged, never passed off as delivered
+(ZeroMQ discards what is still in its queue when the socket closes).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Final
 
 import zmq
@@ -45,7 +50,13 @@ _TEST_CLOCK_SKEW_S: Final[float] = float(os.environ.get("RINGSCOPE_TEST_CLOCK_SK
 """Test-only: every wall time this process sends is moved by this many seconds, as if its host's clock were off
 (a library that fakes the clock breaks Python's sleeps). Unset in real use: one falsy check per message."""
 CLOSE_FLUSH_S: Final[float] = 0.5
-"""How long ``close`` waits for a collector to connect and take the last records before counting them dropped."""
+"""How long ``close`` waits for a collector to connect (or to make room) before counting what is still queued
+dropped; while the collector keeps taking messages, ``close`` goes on sending until its own ``timeout_s``."""
+CLOSE_ACK_STALL_S: Final[float] = 3.0
+"""At close, how long to wait for the next acknowledgement before giving up on the rest (a collector acks every
+0.25-2 s; one that stopped answering does not hold the training's exit for the whole ``timeout_s``)."""
+_CLOSE_MARGIN_S: Final[float] = 0.2
+"""Of ``close``'s ``timeout_s``, kept for closing the socket and the context after the last wait."""
 UNACKED_MAX_BYTES: Final[int] = 8 * 1024 * 1024
 UNACKED_MAX_AGE_S: Final[float] = 30.0
 """Sent messages kept until the collector acknowledges them: at most this many bytes, none older than this. A
@@ -55,20 +66,14 @@ a collector that dies and comes back within ``UNACKED_MAX_AGE_S``; past them the
 CONTROL_PER_WAKE: Final[int] = 64
 """Control messages handled per sender wake-up at most (the rest wait in ZeroMQ's bounded queue)."""
 _CONTROL_RCVHWM: Final[int] = 64
+_EXPIRED_KEPT: Final[int] = 16_384
 
 
-@dataclass(frozen=True, slots=True)
-class PublisherStats:
-    """Cumulative counters of one publisher."""
+@dataclass(slots=True)
+class PublisherStats(Health):
+    """Cumulative counters of one publisher: its ``Health`` record (the same fields, which go on the wire; ``ts_s``:
+    when the snapshot was taken) and those that stay in the process."""
 
-    queued: int
-    capacity: int
-    dropped_records: int
-    sent_records: int
-    sent_batches: int
-    failed_batches: int
-    last_seq: int
-    disconnects: int = 0
     unacked: int = 0  # messages sent and not yet acknowledged
     unacked_bytes: int = 0
     acked_seq: int = -1  # highest sequence number the collector acknowledged
@@ -76,6 +81,9 @@ class PublisherStats:
     unacked_expired: int = 0  # messages forgotten unacknowledged (bounds reached)
     control_received: int = 0
     control_refused: int = 0  # malformed or failed control messages
+    # records sent that the collector never acknowledged: still waiting when close() ended, or forgotten
+    # unacknowledged (bounds) before; sent, maybe written (the recording says), but never confirmed
+    unconfirmed_at_close: int = 0
 
 
 ControlHandler = Callable[[control.Control], object]
@@ -149,8 +157,8 @@ class Publisher:
         self._owner_pid = os.getpid()
         self._closed = False
         self.on_control = on_control
-        # (seq, payload, sent monotonic) of messages sent and not acknowledged, oldest first
-        self._unacked: deque[tuple[int, bytes, float]] = deque()
+        # (seq, payload, sent monotonic, records) of messages sent and not acknowledged, oldest first
+        self._unacked: deque[tuple[int, bytes, float, int]] = deque()
         self._unacked_bytes = 0
         self._acked_seq = -1
         self._resend_at: int | None = None  # index into _unacked of the next message to send again
@@ -158,6 +166,12 @@ class Publisher:
         self._unacked_expired = 0
         self._control_received = 0
         self._control_refused = 0
+        self._close_deadline = 0.0  # monotonic time by which the sender thread must have finished closing
+        self._unconfirmed_at_close = 0
+        # (seq, records) of messages forgotten unacknowledged: a later ack still confirms them (at most
+        # _EXPIRED_KEPT; older ones stay counted in _expired_records)
+        self._expired: deque[tuple[int, int]] = deque()
+        self._expired_records = 0
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -169,6 +183,18 @@ class Publisher:
             return False
         queue.append(record)
         return True
+
+    def set_flush_interval(self, seconds: float) -> None:
+        """Change how long records may wait before being sent (from the next wake-up on). Raises ``ValueError``
+        unless ``seconds`` > 0."""
+        if not seconds > 0:
+            raise ValueError(f"flush_interval_s must be > 0, not {seconds}")
+        self._flush_interval_s = float(seconds)
+
+    @property
+    def flush_interval_s(self) -> float:
+        """How long records may wait before being sent."""
+        return self._flush_interval_s
 
     def add_producer(self, produce: Callable[[], object]) -> None:
         """Call ``produce()`` on the sender thread at every wake-up (every ``flush_interval_s``), before sending;
@@ -199,10 +225,15 @@ class Publisher:
         return self
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Flush what is queued and stop, within ``timeout_s``. Safe to call twice and from ``atexit``."""
+        """Flush what is queued, wait for the collector to confirm it, and stop, all within ``timeout_s``.
+
+        What is still queued when no collector takes it is counted in ``dropped_records``; what was sent but not
+        acknowledged by a collector that acknowledges is counted in ``unconfirmed_at_close`` and logged. Safe to
+        call twice and from ``atexit``."""
         if self._closed or os.getpid() != self._owner_pid:
             return  # a forked child (e.g. a data-loader worker) must not touch the parent's socket
         self._closed = True
+        self._close_deadline = time.monotonic() + max(0.0, timeout_s - _CLOSE_MARGIN_S)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -214,8 +245,9 @@ class Publisher:
     def stats(self) -> PublisherStats:
         """A snapshot of the counters (cheap; safe from any thread)."""
         return PublisherStats(
-            queued=len(self._queue),
-            capacity=self._capacity,
+            ts_s=time.time(),
+            queue_len=len(self._queue),
+            queue_capacity=self._capacity,
             dropped_records=self._dropped,
             sent_records=self._sent_records,
             sent_batches=self._sent_batches,
@@ -229,6 +261,7 @@ class Publisher:
             unacked_expired=self._unacked_expired,
             control_received=self._control_received,
             control_refused=self._control_refused,
+            unconfirmed_at_close=self._unconfirmed_at_close,
         )
 
     # ---- Sender thread -------------------------------------------------------------------------------------------
@@ -282,16 +315,19 @@ class Publisher:
                 self._drain(socket)
                 if stopping:
                     self._flush_before_close(socket)
+                    self._confirm_before_close(socket)
                     break
         except Exception:  # the sender must never take the training down; log and go quiet
             log.exception("ringscope: telemetry sender failed; telemetry is disabled for this process")
         finally:
-            # Give ZeroMQ a bounded moment to deliver the last messages, but only when a collector is there to take
-            # them: lingering towards nobody would keep this thread inside libzmq while the interpreter exits, and a
-            # daemon thread killed inside C++ code aborts the whole process ("terminate called without an active
-            # exception") — the training's exit code must never depend on telemetry.
+            # Give ZeroMQ a bounded moment to deliver the last messages (what close could not wait to see
+            # confirmed), but only when a collector is there to take them and within close's budget: lingering
+            # towards nobody would keep this thread inside libzmq while the interpreter exits, and a daemon thread
+            # killed inside C++ code aborts the whole process ("terminate called without an active exception") —
+            # the training's exit code must never depend on telemetry.
             connected = bool(socket.poll(0, zmq.POLLOUT))
-            socket.setsockopt(zmq.LINGER, 1000 if connected else 0)
+            left_ms = int(1000 * (self._close_deadline - time.monotonic())) if self._closed else 1000
+            socket.setsockopt(zmq.LINGER, max(0, min(1000, left_ms)) if connected else 0)
             if monitor is not None:
                 socket.disable_monitor()
                 monitor.close(0)
@@ -299,15 +335,50 @@ class Publisher:
             context.term()
 
     def _flush_before_close(self, socket: zmq.Socket) -> None:
-        """At close, give a collector that is (re)connecting a bounded moment to take what is still queued."""
-        deadline = time.monotonic() + CLOSE_FLUSH_S
-        while (self._has_pending() or self._resend_at is not None) and time.monotonic() < deadline:
+        """At close, send what is still queued while a collector takes it (within close's budget); a collector
+        that is absent, or takes nothing for ``CLOSE_FLUSH_S``, gets no longer."""
+        stall_at = time.monotonic() + CLOSE_FLUSH_S
+        while self._has_pending() or self._resend_at is not None:
+            now = time.monotonic()
+            if now >= min(stall_at, self._close_deadline):
+                break
+            self._receive_control(socket)  # acks free room; a request is still answered
             if socket.poll(20, zmq.POLLOUT):
+                sent = self._sent_batches + self._resent
                 self._drain(socket)
-        # nobody took them: counted, never silently lost
+                if self._sent_batches + self._resent > sent:
+                    stall_at = time.monotonic() + CLOSE_FLUSH_S
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        """What is still queued at the end of close: nobody took it; counted, never silently lost."""
         self._dropped += len(self._queue) + (self._pending_hello is not None) + (self._pending_health is not None)
         self._queue.clear()
         self._pending_hello = self._pending_health = None
+
+    def _confirm_before_close(self, socket: zmq.Socket) -> None:
+        """At close, wait (within close's budget) until the collector has confirmed every message sent; count and
+        log what it has not (messages forgotten unacknowledged before and never acknowledged since included).
+        Messages ZeroMQ still holds are lost with the socket unless the collector takes them during the final
+        linger, and a collector behind on its writes has not written them yet: never silently, here."""
+        # a collector that has acknowledged before gets CLOSE_ACK_STALL_S per ack; one not heard from yet (just
+        # started, or behind on its writes) CLOSE_FLUSH_S for its first
+        stall_at = time.monotonic() + (CLOSE_ACK_STALL_S if self._acked_seq >= 0 else CLOSE_FLUSH_S)
+        while (self._unacked or self._has_pending()) and time.monotonic() < min(stall_at, self._close_deadline):
+            acked = self._acked_seq
+            if socket.poll(50, zmq.POLLIN):
+                self._receive_control(socket)  # acks; a request answered now puts its answer in the queue
+            if self._has_pending() and socket.poll(0, zmq.POLLOUT):
+                self._drain(socket)  # the answer goes too (and waits for its ack like the rest)
+            if self._acked_seq > acked:
+                stall_at = time.monotonic() + CLOSE_ACK_STALL_S
+        self._drop_pending()
+        waiting = sum(message[3] for message in self._unacked)
+        self._unconfirmed_at_close = unconfirmed = waiting + self._expired_records
+        if unconfirmed:
+            log.warning("ringscope: %d record(s) sent were never confirmed by the collector (%d still waiting at "
+                        "close, %d forgotten unacknowledged before); it may have written them: the recording says "
+                        "what it holds", unconfirmed, waiting, self._expired_records)
 
     def _has_pending(self) -> bool:
         return bool(self._queue) or self._pending_hello is not None or self._pending_health is not None
@@ -360,7 +431,7 @@ class Publisher:
         self._sent_batches += 1
         self._sent_records += len(batch)
         now = time.monotonic()
-        self._unacked.append((self._seq - 1, payload, now))
+        self._unacked.append((self._seq - 1, payload, now, len(batch)))
         self._unacked_bytes += len(payload)
         if self._unacked_bytes > UNACKED_MAX_BYTES:
             self._forget_unacked(now)
@@ -413,6 +484,9 @@ class Publisher:
         """The collector committed every message up to ``seq``: forget them."""
         if seq > self._acked_seq:
             self._acked_seq = seq
+        expired = self._expired
+        while expired and expired[0][0] <= seq:  # forgotten, but the collector has them after all
+            self._expired_records -= expired.popleft()[1]
         unacked = self._unacked
         while unacked and unacked[0][0] <= seq:
             self._unacked_bytes -= len(unacked.popleft()[1])
@@ -424,8 +498,12 @@ class Publisher:
         unacked = self._unacked
         oldest = now - UNACKED_MAX_AGE_S
         while unacked and (self._unacked_bytes > UNACKED_MAX_BYTES or unacked[0][2] < oldest):
-            self._unacked_bytes -= len(unacked.popleft()[1])
+            seq, payload, _, records = unacked.popleft()
+            self._unacked_bytes -= len(payload)
             self._unacked_expired += 1
+            self._expired_records += records
+            if len(self._expired) < _EXPIRED_KEPT:
+                self._expired.append((seq, records))
             if self._resend_at is not None:
                 self._resend_at = max(0, self._resend_at - 1)
 
@@ -441,15 +519,7 @@ class Publisher:
                     self._resend_at = 0
 
     def _health(self) -> Health:
-        return Health(
-            ts_s=time.time(),
-            queue_len=len(self._queue),
-            queue_capacity=self._capacity,
-            dropped_records=self._dropped,
-            sent_records=self._sent_records,
-            sent_batches=self._sent_batches,
-            failed_batches=self._failed_batches,
-            last_seq=self._seq - 1,
-            disconnects=self._disconnects,
-        )
+        """The ``Health`` record: the wire's fields of ``stats``."""
+        stats = self.stats
+        return Health(**{field.name: getattr(stats, field.name) for field in fields(Health)})
 

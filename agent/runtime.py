@@ -15,6 +15,8 @@ Environment (a launcher sets these so the agents it starts reach its window):
   never plaintext
 * ``RINGSCOPE_DEVICE_INTERVAL_S`` device sampling period (default 0.5)
 * ``RINGSCOPE_PRICE_PER_GPU_HOUR`` optional price, forwarded to the app for cost figures
+* ``RINGSCOPE_ATTEMPT``   which start of the run this process belongs to (set by restart supervisors;
+  ``current_attempt``), sent in the Hello
 * ``RINGSCOPE_HOST`` the host name to report (default: the hostname); set per node where nodes share one hostname
 
 Every agent sends a heartbeat per rank about once a second from its own thread (``ringscope.agent.heartbeat``): where
@@ -64,6 +66,7 @@ ENV_RUN_ID = "RINGSCOPE_RUN_ID"
 ENV_DISABLE = "RINGSCOPE_DISABLE"
 ENV_DEVICE_INTERVAL = "RINGSCOPE_DEVICE_INTERVAL_S"
 ENV_PRICE = "RINGSCOPE_PRICE_PER_GPU_HOUR"
+ENV_ATTEMPT = "RINGSCOPE_ATTEMPT"
 
 
 class Agent:
@@ -93,6 +96,7 @@ class Agent:
             self._settings["device_interval_s"] = sampler.set_interval
         self._profiler: Callable[[str, int], object] | None = None
         if publisher is not None:
+            self._settings["flush_interval_s"] = publisher.set_flush_interval
             publisher.on_control = self._on_control
 
     # ---- Public API ----------------------------------------------------------------------------------------------
@@ -305,6 +309,7 @@ def start(
         clock_mono_s=time.monotonic(),
         started_s=time.time(),
         price_per_gpu_hour=_env_float(ENV_PRICE),
+        attempt=current_attempt(),
     )
     if os.environ.get(ENV_DISABLE, "").strip() in {"1", "true", "yes"}:
         return Agent(identity, None, None)
@@ -349,3 +354,16 @@ def _env_float(name: str) -> float | None:
 
 def _discard(record: Record) -> bool:
     return False
+
+
+def current_attempt() -> int | None:
+    """Which start of its run this process belongs to: ``RINGSCOPE_ATTEMPT`` (set by ``ringscope run --restart`` and
+    the window's restart policy), else torchrun's own restart count + 1 (``torchrun --max-restarts``), else None."""
+    for name, plus in ((ENV_ATTEMPT, 0), ("TORCHELASTIC_RESTART_COUNT", 1)):
+        try:
+            value = int(os.environ.get(name, ""))
+        except ValueError:
+            continue
+        if value + plus >= 1:
+            return value + plus
+    return None

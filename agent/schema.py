@@ -24,9 +24,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-SCHEMA_VERSION: Final[tuple[int, int]] = (1, 2)
+SCHEMA_VERSION: Final[tuple[int, int]] = (1, 3)
 """(major, minor). See the module docstring for what each part may change. 1.1: ``Health.disconnects``; 1.2: the
-``Heartbeat`` record."""
+``Heartbeat`` record; 1.3: ``Hello.attempt``."""
 
 AGENT_VERSION: Final[str] = "0.1.0"
 
@@ -178,6 +178,7 @@ class Hello:
     clock_mono_s: float
     started_s: float
     price_per_gpu_hour: float | None = None
+    attempt: int | None = None  # 1, 2, ...: which start of the run this process belongs to (restarts); None: unknown
 
 
 @dataclass(slots=True)

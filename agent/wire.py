@@ -332,12 +332,18 @@ def _decode_record(index: int, item: Any) -> Record | None:
     return cls(*values)  # type: ignore[no-any-return]
 
 
-def _check_ranks(index: int, kind: str, name: str, value: Any) -> None:
+def _check_list(index: int, kind: str, name: str, value: Any, expected: int, limit: str, noun: str,
+                max_items: int) -> None:
+    """``value`` is a list (of type code ``expected``) of at most ``max_items`` ``noun`` (e.g. "ranks"), else a
+    ``WireError`` naming it; ``limit`` says the limit, e.g. "64 per agent"."""
     if type(value) is not list:
-        raise _wrong_type(index, kind, name, _RANKS, value)
-    if len(value) > MAX_HELLO_RANKS:
-        raise WireError("limit", f"record {index} ({kind}) field {name} lists {len(value)} ranks > limit "
-                                 f"{MAX_HELLO_RANKS} per agent")
+        raise _wrong_type(index, kind, name, expected, value)
+    if len(value) > max_items:
+        raise WireError("limit", f"record {index} ({kind}) field {name} lists {len(value)} {noun} > limit {limit}")
+
+
+def _check_ranks(index: int, kind: str, name: str, value: Any) -> None:
+    _check_list(index, kind, name, value, _RANKS, f"{MAX_HELLO_RANKS} per agent", "ranks", MAX_HELLO_RANKS)
     for rank in value:
         if type(rank) is not int:
             raise WireError("type", f"record {index} ({kind}) field {name} must be a flat list of ints, holds "
@@ -351,11 +357,7 @@ _DEVICE_SCALARS: Final = (str, int, float, bool)
 
 
 def _check_devices(index: int, kind: str, name: str, value: Any) -> None:
-    if type(value) is not list:
-        raise _wrong_type(index, kind, name, _DEVICES, value)
-    if len(value) > MAX_HELLO_DEVICES:
-        raise WireError("limit", f"record {index} ({kind}) field {name} lists {len(value)} devices > limit "
-                                 f"{MAX_HELLO_DEVICES}")
+    _check_list(index, kind, name, value, _DEVICES, f"{MAX_HELLO_DEVICES}", "devices", MAX_HELLO_DEVICES)
     where = f"record {index} ({kind}) field {name}"
     for device in value:
         if type(device) is not dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import math
 import platform
@@ -24,12 +25,22 @@ def discover() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
-def run_topic(topic: str, quick: bool) -> list[dict[str, Any]]:
+def scale_options(topic: str) -> set[str]:
+    """The scale options (``ranks``, ``rate``) that a topic's ``run`` takes."""
+    module = importlib.import_module(f"benchmarks.bench_{topic}")
+    return {name for name in inspect.signature(module.run).parameters if name in SCALE_OPTIONS}
+
+
+SCALE_OPTIONS = ("ranks", "rate")
+"""Options a topic may take besides ``quick`` (``python -m benchmarks gui --ranks 8192 --rate 2``)."""
+
+
+def run_topic(topic: str, quick: bool, **scale: Any) -> list[dict[str, Any]]:
     """Rows of one topic, or one 'failed' row saying why."""
     started = time.monotonic()
     try:
         module = importlib.import_module(f"benchmarks.bench_{topic}")
-        rows = list(module.run(quick=quick))
+        rows = list(module.run(quick=quick, **scale))
     except Exception as exc:
         traceback.print_exc()
         return [{"benchmark": topic, "metric": "FAILED", "value": math.nan, "unit": "",
@@ -73,18 +84,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("topics", nargs="*", metavar="TOPIC", help=f"topics to run (default all: {', '.join(topics)})")
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds per topic")
     parser.add_argument("--out", default=str(HERE / "results.json"), help="where to write the JSON results")
+    parser.add_argument("--ranks", type=_positive(int), help="simulated ranks, for the topics that take it (gui)")
+    parser.add_argument("--rate", type=_positive(float), help="steps per second per rank, for the topics that "
+                        "take it (gui)")
     args = parser.parse_args(argv)
     unknown = [t for t in args.topics if t not in topics]
     if unknown:
         parser.error(f"unknown topic(s) {', '.join(unknown)}; known: {', '.join(topics)}")
+    scale = {name: getattr(args, name) for name in SCALE_OPTIONS if getattr(args, name) is not None}
+    if scale:
+        chosen = args.topics or topics
+        refusing = [t for t in chosen if not set(scale) <= scale_options(t)]
+        if refusing:
+            parser.error(f"--{' and --'.join(scale)} apply to topics that take them; {', '.join(refusing)} do(es) "
+                         f"not (name the topic, e.g. 'python -m benchmarks gui --ranks 8192 --rate 2')")
     rows: list[dict[str, Any]] = []
     for topic in args.topics or topics:
         print(f"running {topic} ({'quick' if args.quick else 'full'}) ...", file=sys.stderr, flush=True)
-        rows.extend(run_topic(topic, args.quick))
+        rows.extend(run_topic(topic, args.quick, **scale))
     table = markdown(rows)
     print(table)
     Path(args.out).write_text(json.dumps(merge_results(Path(args.out), rows, args.quick), indent=2, default=str) + "\n")
     return 1 if any(r["metric"] == "FAILED" for r in rows) else 0
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+    return parse
 
 
 if __name__ == "__main__":

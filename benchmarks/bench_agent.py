@@ -6,7 +6,6 @@ With and without a collector listening, measured in interleaved rounds in one ru
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,12 +15,7 @@ from typing import Any
 import zmq
 
 from ringscope import agent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ringscope.trainers.common import free_port
 
 
 class _Drain:
@@ -74,7 +68,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     drain = _Drain()
     listening = agent.start(framework="other", strategy="single", endpoint=f"tcp://127.0.0.1:{drain.port}",
                             sample_devices=False, queue_capacity=count + 10)
-    lonely = agent.start(framework="other", strategy="single", endpoint=f"tcp://127.0.0.1:{_free_port()}",
+    lonely = agent.start(framework="other", strategy="single", endpoint=f"tcp://127.0.0.1:{free_port()}",
                          sample_devices=False, queue_capacity=count + 10)
     with_us, without_us = [], []
     try:

@@ -30,7 +30,7 @@ from ringscope.agent import runtime
 from ringscope.gui.core.analysis.stacks import fold
 from ringscope.gui.core.ingest.ask import ask
 from ringscope.gui.core.ingest.collector import Collector
-from ringscope.gui.core.launch.plan import free_ports
+from ringscope.trainers.common import free_port
 
 
 def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
@@ -69,7 +69,7 @@ def _stacks_latency(ranks: int, requests: int) -> tuple[float, float, int]:
 
 def _restart(steps_per_s: float = 1000.0) -> dict[str, int]:
     folder = Path(tempfile.mkdtemp(prefix="ringscope-bench-restart-"))
-    bind = f"tcp://127.0.0.1:{free_ports(1)[0]}"
+    bind = f"tcp://127.0.0.1:{free_port()}"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     first = _cli("record", "--out", str(folder / "a.db"), "--bind", bind, "--progress-s", "0", env=env)
     time.sleep(2.0)
@@ -190,7 +190,7 @@ def _profile_residue(blocks: int) -> dict[str, float]:
     import json
     import statistics as stats
 
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_ports(1)[0]), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1",
            "RINGSCOPE_ENDPOINT": "tcp://127.0.0.1:1", "PYTHONPATH": os.getcwd()}
     done = subprocess.run([sys.executable, "-c", PROFILE_CHILD, str(blocks)], capture_output=True, text=True,
                           timeout=600, env=env, check=True)

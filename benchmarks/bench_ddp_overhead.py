@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.overhead import VARIANTS, WORKLOADS, interleave, summarize, summary_rows
+from ringscope.trainers.common import free_port
 
 DDP_VARIANTS = (*VARIANTS, "python_hook")
 
@@ -69,7 +69,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         env = dict(os.environ, RINGSCOPE_ENDPOINT=endpoint, RINGSCOPE_RUN_ID="bench-ddp", OMP_NUM_THREADS="1")
         out = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-             str(_free_port()), "-m", "benchmarks.bench_ddp_overhead", "--child", "quick" if quick else "full"],
+             str(free_port()), "-m", "benchmarks.bench_ddp_overhead", "--child", "quick" if quick else "full"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
         )
     finally:
@@ -152,12 +152,6 @@ def _measure(name: str, spec: tuple[str, int, int, int, tuple[int, int], int], q
     times, cpu = interleave(run_block, rounds, variants=DDP_VARIANTS)
     probe.close()
     return summarize(times, cpu, f"{dataset} width {width} depth {depth} batch {batch}/rank", block)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

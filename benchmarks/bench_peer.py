@@ -7,17 +7,18 @@ samples, SGD, DistributedSampler; 2 ranks under torchrun) trains a plain and an 
 same processes, taking turns every ``--phase-steps`` steps in ABBA order. Two runs:
 
 * **agent alone**: the agent's endpoint has no collector (its records wait, bounded, and are dropped and counted);
-* **agent + recorder**: ``ringscope record`` runs on the same machine and writes every record to a session file.
+* **agent + recorder**: ``ringscope record`` runs on the same machine and writes every record to a session file;
+  it asks the agents to send every 0.25 s (``--agent-flush``, its default); a third light-timing run keeps the
+  agents' own 50 ms flush (``--agent-flush 0``), so the flush's share is measured in the same run.
 
 Per run: the median over rounds of (agent's median step / plain's median step) with its range, and the training
 thread's extra CPU per step (median over rounds of agent − plain ``thread_time`` per step). Targets (issue 12):
-≤ ×1.01 alone, ≤ ×1.03 with the recorder, ≤ 5 µs of training-thread time per step.
+≤ ×1.01 alone, ≤ ×1.05 with the recorder (issue 29), ≤ 5 µs of training-thread time per step.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ringscope.trainers.common import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -36,21 +39,25 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for timing in ("light", "full") if not quick else ("light",):
         rows += _condition("agent alone", timing, rounds, steps, recorder=False)
         rows += _condition("agent + recorder", timing, rounds, steps, recorder=True)
+        if timing == "light":
+            rows += _condition("agent + recorder, agents' own 50 ms flush", timing, rounds, steps, recorder=True,
+                               agent_flush=0.0)
     # one rank alone: no gloo peer spinning on the other core, so the training thread's CPU time is its own work
     rows += _condition("one rank, agent alone", "light", rounds * 2, steps * 2, recorder=False, ranks=1)[1:]
     return rows
 
 
 def _condition(name: str, timing: str, rounds: int, steps: int, *, recorder: bool,
-               ranks: int = 2) -> list[dict[str, Any]]:
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+               ranks: int = 2, agent_flush: float | None = None) -> list[dict[str, Any]]:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     with tempfile.TemporaryDirectory() as folder:
         record = None
         if recorder:
             record = subprocess.Popen(
                 [sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(Path(folder) / "peer.db"),
-                 "--bind", endpoint,
-                 "--progress-s", "0"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 "--bind", endpoint, "--progress-s", "0",
+                 *(["--agent-flush", str(agent_flush)] if agent_flush is not None else [])],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             time.sleep(2.0)  # listening before the ranks start (they would connect later anyway)
         started = time.monotonic()
         recorder_cpu_s = None
@@ -69,7 +76,7 @@ def _condition(name: str, timing: str, rounds: int, steps: int, *, recorder: boo
     ratios = [agent / plain for plain, agent, _, _ in figures]
     extra_us = [agent_us - plain_us for _, _, plain_us, agent_us in figures]
     plain_ms = statistics.median(f[0] for f in figures)
-    target = 1.03 if recorder else 1.01
+    target = 1.05 if recorder else 1.01
     label = f"{name} ({timing} timing)"
     note = (f"{len(figures)} ABBA rounds x {steps} steps per model, {ranks} gloo rank(s); "
             f"plain step {plain_ms:.3f} ms; "
@@ -88,7 +95,7 @@ def _condition(name: str, timing: str, rounds: int, steps: int, *, recorder: boo
 
 def _torchrun(endpoint: str, timing: str, rounds: int, steps: int, ranks: int) -> list[str]:
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-            str(_free_port()), str(HERE / "peer_workload.py"), "--rounds", str(rounds), "--phase-steps", str(steps),
+            str(free_port()), str(HERE / "peer_workload.py"), "--rounds", str(rounds), "--phase-steps", str(steps),
             "--timing", timing]
     env = dict(os.environ, OMP_NUM_THREADS="1", RINGSCOPE_ENDPOINT=endpoint, RINGSCOPE_RUN_ID=f"peer-{timing}",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -105,12 +112,6 @@ def _cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

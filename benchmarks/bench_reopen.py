@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.timing import seconds_row, timed
 from ringscope.agent.schema import FIELDS, schema_version_str
 from ringscope.gui.core.ingest import blocks
-from ringscope.gui.core.ingest.session import FORMAT_NAME, INDEXES, create_statements, insert_statement
+from ringscope.gui.core.ingest.session_schema import FORMAT_NAME, INDEXES, create_statements, insert_statement
 
 T0 = 1_700_000_000.0
 
@@ -75,27 +76,22 @@ def write_session(path: Path, ranks: int, duration_s: float, steps_per_s: float,
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Seconds to load and rebuild a long session, and the window's frame time over it."""
-    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session_reader import load
     from ringscope.gui.core.live.replay import runs_from_session
 
     ranks, duration_s, rate = (32, 600.0, 2.0) if quick else (256, 3600.0, 2.0)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "long.db"
-        started = time.perf_counter()
-        count = write_session(path, ranks, duration_s, rate)
+        count, took = timed(lambda: write_session(path, ranks, duration_s, rate))
         note = (f"{ranks} ranks x {duration_s / 3600:g} h at {rate:g} steps/s per rank = {count:,} step rows, "
                 f"{path.stat().st_size / 1e6:.0f} MB file")
-        rows.append({"benchmark": "reopen", "metric": "write synthetic session", "value":
-                     time.perf_counter() - started, "unit": "s", "note": note})
-        started = time.perf_counter()
-        data = load(path)
-        rows.append({"benchmark": "reopen", "metric": "load session file", "value": time.perf_counter() - started,
-                     "unit": "s", "note": note})
-        started = time.perf_counter()
-        runs = runs_from_session(data)
-        rows.append({"benchmark": "reopen", "metric": "rebuild runs for the window", "value":
-                     time.perf_counter() - started, "unit": "s", "note": "vectorized bulk load into the live store"})
+        rows.append(seconds_row("reopen", "write synthetic session", took, note))
+        data, took = timed(lambda: load(path))
+        rows.append(seconds_row("reopen", "load session file", took, note))
+        runs, took = timed(lambda: runs_from_session(data))
+        rows.append(seconds_row("reopen", "rebuild runs for the window", took, "vectorized bulk load into the live "
+                                                                                 "store"))
         store = runs.store("bench-run")
         assert store is not None
         snap = store.snapshot()

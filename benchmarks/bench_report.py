@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.timing import seconds_row, timed
 from ringscope.gui.core.analysis.summary import analyze
 from ringscope.gui.core.report import build_report, export
 from ringscope.gui.core.session_data import SessionData, empty_columns
@@ -76,27 +77,21 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 def hour_rows(ranks: int = 256, duration_s: float = 3600.0, steps_per_s: float = 2.0) -> list[dict[str, Any]]:
     """Seconds to load, analyze and export (HTML, PDF) a 1-hour session file of ``ranks`` ranks."""
     from benchmarks.bench_reopen import write_session
-    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session_reader import load
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "hour.db"
         count = write_session(path, ranks, duration_s, steps_per_s)
         note = f"{ranks} ranks x {duration_s / 3600:g} h at {steps_per_s:g} steps/s = {count:,} step rows (file)"
-        started = time.perf_counter()
-        session = load(path)
-        rows.append({"benchmark": "report", "metric": "1 h file: load", "value": time.perf_counter() - started,
-                     "unit": "s", "note": note})
-        started = time.perf_counter()
-        report = build_report(session)
-        rows.append({"benchmark": "report", "metric": "1 h file: analysis", "value": time.perf_counter() - started,
-                     "unit": "s", "note": note})
+        session, took = timed(lambda: load(path))
+        rows.append(seconds_row("report", "1 h file: load", took, note))
+        report, took = timed(lambda: build_report(session))
+        rows.append(seconds_row("report", "1 h file: analysis", took, note))
         for kind in ("html", "pdf"):
-            started = time.perf_counter()
-            [written] = export(report, kind, Path(folder) / f"hour.{kind}")
-            rows.append({"benchmark": "report", "metric": f"1 h file: export {kind}",
-                         "value": time.perf_counter() - started, "unit": "s",
-                         "note": f"{note}; {written.stat().st_size / 1e6:.2f} MB"})
+            [written], took = timed(lambda kind=kind: export(report, kind, Path(folder) / f"hour.{kind}"))
+            rows.append(seconds_row("report", f"1 h file: export {kind}", took,
+                                    f"{note}; {written.stat().st_size / 1e6:.2f} MB"))
     return rows
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 
 from ringscope.agent import wire
 from ringscope.agent.schema import GpuSample, Hello, Record, Step
-from ringscope.trainers.common import parse_result
+from ringscope.trainers.common import free_port, median, parse_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["--device", "cuda", "--dataset", "synthetic", "--model-width", "2048", "--model-depth", "4",
@@ -34,7 +33,7 @@ TRAIN = ["--device", "cuda", "--dataset", "synthetic", "--model-width", "2048", 
 def torchrun(nproc: int, args: list[str], endpoint: str) -> dict[str, Any]:
     env = dict(os.environ, RINGSCOPE_ENDPOINT=endpoint, RINGSCOPE_RUN_ID="gpu-check")
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                          "--master-port", str(_free_port()), "-m", "ringscope.trainers.ddp_trainer", *args],
+                          "--master-port", str(free_port()), "-m", "ringscope.trainers.ddp_trainer", *args],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     if out.returncode != 0:
         raise SystemExit(f"gpu_check_ddp: trainer failed ({out.returncode}):\n{out.stderr[-4000:]}")
@@ -123,19 +122,13 @@ def main() -> int:
 
 
 def _median_ms(steps: list[Step], field: str) -> float | None:
-    values = [getattr(s, field) for s in steps if getattr(s, field) is not None]
-    return round(statistics.median(values) * 1e3, 3) if values else None
+    value = median([getattr(s, field) for s in steps if getattr(s, field) is not None])
+    return None if value is None else round(value * 1e3, 3)
 
 
 def _mean(samples: list[GpuSample], field: str) -> float | None:
     values = [getattr(s, field) for s in samples if getattr(s, field) is not None]
     return round(statistics.mean(values), 1) if values else None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

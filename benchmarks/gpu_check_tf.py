@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.tf_workload import refuse_timing_failure, replica_step
+
 
 def _nvml_poller(stop: threading.Event, readings: list[dict[str, Any]]) -> None:
     try:
@@ -136,20 +138,29 @@ def main() -> int:
     print(json.dumps({"replicas": replicas, "devices": strategy.extended.worker_devices, "step_ms": step_ms,
                       "data_wait_ms": wait_ms, "per_replica": per_replica,
                       "nvml": readings[-2 * max(1, replicas):]}, indent=2, default=str))
-    failures = []
-    fast = per_replica[0]
-    covered = (fast["compute_ms"] + fast["comm_exposed_ms"] + wait_ms) / step_ms
-    if covered < 0.5:
-        failures.append(f"in-graph phases cover only {covered:.0%} of the host step: timestamps mark enqueue?")
-    if slow_rank is not None:
-        gap = fast["comm_exposed_ms"] - per_replica[slow_rank]["comm_exposed_ms"]
-        if not 0.5 * args.slow_ms <= gap <= 1.6 * args.slow_ms:
-            failures.append(f"stall gap {gap:.1f} ms for {args.slow_ms} ms injected on replica {slow_rank}")
+    failures = _phase_failures(per_replica, wait_ms, step_ms, slow_rank, args.slow_ms,
+                               hint=": timestamps mark enqueue?")
     failures += _zero_code_check(strategy, model, optimizer, loss_fn, iterator, global_batch, args, slow_rank)
     for failure in failures:
         print("CHECK FAILED:", failure, file=sys.stderr)
     print("gpu_check_tf:", "OK" if not failures else f"{len(failures)} check(s) failed")
     return 1 if failures else 0
+
+
+def _phase_failures(per_replica: dict[int, dict[str, float]], wait_ms: float, step_ms: float,
+                    slow_rank: int | None, slow_ms: float, prefix: str = "", hint: str = "") -> list[str]:
+    """Whether replica 0's in-graph phases (with ``wait_ms`` of data wait) cover the host step, and the slow
+    replica's injected delay shows as replica 0's stall."""
+    failures = []
+    fast = per_replica[0]
+    covered = (fast["compute_ms"] + fast["comm_exposed_ms"] + wait_ms) / step_ms
+    if covered < 0.5:
+        failures.append(f"{prefix}in-graph phases cover only {covered:.0%} of the host step{hint}")
+    if slow_rank is not None:
+        gap = fast["comm_exposed_ms"] - per_replica[slow_rank]["comm_exposed_ms"]
+        if not 0.5 * slow_ms <= gap <= 1.6 * slow_ms:
+            failures.append(f"{prefix}stall gap {gap:.1f} ms for {slow_ms} ms injected on replica {slow_rank}")
+    return failures
 
 
 def _zero_code_check(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, iterator: Any, global_batch: int,
@@ -160,18 +171,8 @@ def _zero_code_check(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, it
     from ringscope.agent.tf_distribute import replica_timing
 
     replica_timing.install_all_reduce_hook()
-
-    def replica(xb: Any, yb: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=global_batch)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    def refuse(where: str, exc: BaseException) -> None:
-        raise RuntimeError(f"replica timing failed in {where}") from exc
-
-    timed_replica = replica_timing.timed_replica_fn(replica, refuse)
+    replica = replica_step(model, optimizer, loss_fn, global_batch)
+    timed_replica = replica_timing.timed_replica_fn(replica, refuse_timing_failure)
 
     @tf.function
     def plain_step(batch: Any) -> Any:
@@ -204,15 +205,8 @@ def _zero_code_check(strategy: Any, model: Any, optimizer: Any, loss_fn: Any, it
     timed_ms = statistics.median(times["timed"][4:]) * 1e3
     print(json.dumps({"zero_code": {"per_replica": per_replica, "step_ms_plain": plain_ms, "step_ms_timed": timed_ms,
                                     "ratio": timed_ms / plain_ms}}, indent=2))
-    failures = []
-    fast = per_replica[0]
-    covered = (fast["compute_ms"] + fast["comm_exposed_ms"] + fast["data_wait_ms"]) / timed_ms
-    if covered < 0.5:
-        failures.append(f"zero-code: in-graph phases cover only {covered:.0%} of the host step")
-    if slow_rank is not None:
-        gap = fast["comm_exposed_ms"] - per_replica[slow_rank]["comm_exposed_ms"]
-        if not 0.5 * args.slow_ms <= gap <= 1.6 * args.slow_ms:
-            failures.append(f"zero-code: stall gap {gap:.1f} ms for {args.slow_ms} ms injected on replica {slow_rank}")
+    failures = _phase_failures(per_replica, per_replica[0]["data_wait_ms"], timed_ms, slow_rank, args.slow_ms,
+                               prefix="zero-code: ")
     if timed_ms / plain_ms > 1.05:
         failures.append(f"zero-code: step {timed_ms:.2f} ms timed vs {plain_ms:.2f} ms plain (device sync added?)")
     return failures

@@ -24,20 +24,13 @@ from PySide6 import QtCore, QtWidgets
 from ringscope.agent.keys import ENV_KEY, CollectorKeys
 from ringscope.gui.core.analysis.runs import launch_outcome
 from ringscope.gui.core.ingest.collector import CollectorError
-from ringscope.gui.core.ingest.session import load as load_session
+from ringscope.gui.core.ingest.session_reader import load as load_session
 from ringscope.gui.core.launch import Launcher, connect_endpoint, remote_endpoint
 from ringscope.gui.core.live.live_analysis import LiveAnalyzer
 from ringscope.gui.core.live.runs import LiveRuns
 from ringscope.gui.core.live.store import LiveStore
-from ringscope.gui.core.service.client import (
-    IngestError,
-    IngestProcess,
-    RemoteCollector,
-    RemoteRecorder,
-    RemoteRuns,
-    RemoteStore,
-    RemoteWatcher,
-)
+from ringscope.gui.core.service.process import IngestError, IngestProcess
+from ringscope.gui.core.service.remote import RemoteCollector, RemoteRecorder, RemoteRuns, RemoteStore, RemoteWatcher
 from ringscope.gui.core.service.server import IngestSetup
 from ringscope.gui.core.session_data import SessionData
 from ringscope.gui.views import theme
@@ -60,7 +53,7 @@ class WindowParts:
     """Everything ``build_window`` made; ``close()`` stops it in the right order.
 
     The collector, the live runs and the recorder live in the ingest process (``ingest``); ``runs``,
-    ``collector`` and ``recorder`` are the window's stand-ins for them (``ringscope.gui.core.service.client``).
+    ``collector`` and ``recorder`` are the window's stand-ins for them (``ringscope.gui.core.service.remote``).
     ``store`` is the store of the run the window shows now (an empty store before any run).
     """
 

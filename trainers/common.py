@@ -16,7 +16,9 @@ Options (``add_common_arguments`` + ``check_common_arguments``), with the same m
 * ``--slow-rank K --slow-ms X`` rank K does X ms more compute per step (see ``extra_compute``).
 * ``--comm-delay-ms X`` (trainers that call ``add_comm_delay_argument``; the DDP trainer) each gradient all-reduce
   completes X ms later, on every rank: a slow network as the training sees it (see ``add_comm_delay_argument``).
-* ``--checkpoint-dir``, ``--checkpoint-every-steps``, ``--checkpoint-every-s``, ``--resume``.
+* ``--checkpoint-dir``, ``--checkpoint-every-steps``, ``--checkpoint-every-s``, ``--resume``, ``--resume-latest``.
+* ``--fault KIND:RANK:STEP[:ATTEMPT]`` (trainers that call ``inject_faults``; the DDP trainer) a rank hangs, kills
+  itself or exits with an error before a step, in one attempt of a restarted run (``RINGSCOPE_ATTEMPT``).
 * ``--no-agent`` run without Ringscope telemetry (the overhead benchmark's baseline).
 
 Every bad value is refused by argparse (exit code 2) with the value seen and what to do, before any process group
@@ -29,6 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -70,6 +76,13 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     ckpt.add_argument("--checkpoint-every-steps", type=int, default=None, help="save every N steps")
     ckpt.add_argument("--checkpoint-every-s", type=float, default=None, help="save every N seconds")
     ckpt.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    ckpt.add_argument("--resume-latest", action="store_true",
+                      help="continue from the latest checkpoint in --checkpoint-dir when there is one, else start at "
+                           "step 0 (what a restarted attempt needs: ringscope run --restart, torchrun --max-restarts)")
+    inject.add_argument("--fault", action="append", default=[], type=parse_fault, metavar="KIND:RANK:STEP[:ATTEMPT]",
+                        help="inject a fault: KIND hang (block forever), kill (SIGKILL itself) or exit (exit code 3) "
+                             "on RANK before its step STEP, only in attempt ATTEMPT (RINGSCOPE_ATTEMPT; default: "
+                             "every attempt); repeatable")
 
     run = parser.add_argument_group("run")
     run.add_argument("--no-agent", action="store_true", help="run without Ringscope telemetry")
@@ -131,6 +144,9 @@ def check_common_arguments(parser: argparse.ArgumentParser, args: argparse.Names
             parser.error(f"--slow-rank {args.slow_rank} needs --slow-ms with a positive number of milliseconds")
     elif args.slow_ms > 0:
         parser.error(f"--slow-ms {args.slow_ms} needs --slow-rank K to say which rank is slowed")
+    for fault in args.fault:
+        if not 0 <= fault.rank < world_size:
+            parser.error(f"--fault {fault}: rank {fault.rank} does not exist: this run has {world_size} rank(s)")
     every_steps, every_s = args.checkpoint_every_steps, args.checkpoint_every_s
     if every_steps is not None and every_steps < 1:
         parser.error(f"--checkpoint-every-steps must be at least 1, got {every_steps}")
@@ -138,9 +154,67 @@ def check_common_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"--checkpoint-every-s must be a positive number of seconds, got {every_s}")
     wants_dir = [name for name, on in (("--checkpoint-every-steps", every_steps is not None),
                                        ("--checkpoint-every-s", every_s is not None),
-                                       ("--resume", args.resume)) if on]
+                                       ("--resume", args.resume),
+                                       ("--resume-latest", args.resume_latest)) if on]
     if wants_dir and not args.checkpoint_dir:
         parser.error(f"{', '.join(wants_dir)} needs --checkpoint-dir DIR (where checkpoints are written and read)")
+
+
+# ---- Injected faults ---------------------------------------------------------------------------------------------
+
+FAULT_KINDS: Final[tuple[str, ...]] = ("hang", "kill", "exit")
+FAULT_EXIT_CODE: Final[int] = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """``--fault KIND:RANK:STEP[:ATTEMPT]``: what a rank does before one of its steps (to try restarts)."""
+
+    kind: str
+    rank: int
+    step: int
+    attempt: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.rank}:{self.step}" + (f":{self.attempt}" if self.attempt is not None else "")
+
+
+def parse_fault(text: str) -> Fault:
+    """argparse's type for ``--fault``."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (3, 4) or parts[0] not in FAULT_KINDS:
+            raise ValueError
+        numbers = [int(p) for p in parts[1:]]
+        if min(numbers) < 0 or (len(numbers) == 3 and numbers[2] < 1):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected KIND:RANK:STEP[:ATTEMPT] with KIND one of {', '.join(FAULT_KINDS)} (e.g. hang:1:50:1), got "
+            f"{text!r}") from None
+    return Fault(parts[0], numbers[0], numbers[1], numbers[2] if len(numbers) == 3 else None)
+
+
+def inject_faults(args: argparse.Namespace, rank: int, step: int) -> None:
+    """Before ``step`` (steps done so far) of ``rank``: do what a ``--fault`` says, if one is due."""
+    from ringscope.agent.runtime import current_attempt  # only when faults are asked for: the agent's own rule
+
+    attempt = current_attempt() or 1
+    for fault in args.fault:
+        if fault.rank != rank or fault.step != step or fault.attempt not in (None, attempt):
+            continue
+        print(f"rank {rank}: injected fault {fault.kind} at step {step} (attempt {attempt})", flush=True)
+        if fault.kind == "hang":
+            block_forever()
+        elif fault.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        else:
+            raise SystemExit(FAULT_EXIT_CODE)
+
+
+def block_forever() -> None:
+    """An injected hang: this rank never reaches the collective again (where the stacks should point)."""
+    threading.Event().wait()
 
 
 # ---- Data --------------------------------------------------------------------------------------------------------
@@ -259,6 +333,24 @@ class CheckpointSchedule:
 def median(values: list[float]) -> float | None:
     """Median of a list, or None when empty."""
     return float(np.median(values)) if values else None
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free localhost TCP ports (bound, noted, released: a tiny race is accepted for tests)."""
+    sockets, ports = [], []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+        ports.append(int(sock.getsockname()[1]))
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def free_port() -> int:
+    """A free localhost TCP port (``free_ports(1)``)."""
+    return free_ports(1)[0]
 
 
 OPTIMIZER: Final[str] = "SGD, momentum 0.9"

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cpu")
         torch.set_num_threads(1)  # two ranks on a small box: one thread each, no oversubscription
     if "RANK" not in os.environ:  # plain `python -m ringscope.trainers.ddp_trainer`: a one-rank group
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()))
     dist.init_process_group(backend, device_id=device if args.device == "cuda" else None)
     try:
         code = _train(args, device)
@@ -199,6 +199,8 @@ def _train(args: argparse.Namespace, device: torch.device) -> int:
         if probe is not None:
             probe.set_epoch(epoch)
         for x, y in batches:
+            if args.fault:
+                common.inject_faults(args, rank, step)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with amp:
                 loss = loss_fn(ddp(x), y)
@@ -270,9 +272,9 @@ def _save(args: argparse.Namespace, ddp: DistributedDataParallel, optimizer: Any
 
 def _maybe_resume(args: argparse.Namespace, ddp: DistributedDataParallel, optimizer: Any, device: torch.device,
                   probe: Any) -> int:
-    if not args.resume:
+    path = os.path.join(args.checkpoint_dir or "", CHECKPOINT_NAME)
+    if not (args.resume or (args.resume_latest and os.path.exists(path))):
         return 0
-    path = os.path.join(args.checkpoint_dir, CHECKPOINT_NAME)
     started = time.perf_counter()
     state = torch.load(path, map_location=device)
     ddp.module.load_state_dict(state["model"])
@@ -321,14 +323,6 @@ def _report(args: argparse.Namespace, ddp: DistributedDataParallel, data: common
 
 def _scaled(value: Any, factor: float) -> float | None:
     return None if not isinstance(value, (int, float)) or value <= 0 else float(value) * factor
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def exit_without_finalizing(code: int) -> NoReturn:

@@ -91,22 +91,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 # ---- Launcher (no TensorFlow here) -------------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free localhost TCP ports (bound, noted, released: a tiny race is accepted for tests)."""
-    sockets, ports = [], []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-        ports.append(sock.getsockname()[1])
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 def spawn_workers(argv: list[str], workers: int, timeout_s: float | None) -> int:
     """Run one worker process per TF_CONFIG task, relay their output with a prefix, print a combined result."""
-    cluster = [f"localhost:{port}" for port in free_ports(workers)]
+    cluster = [f"localhost:{port}" for port in common.free_ports(workers)]
     child_argv = _without_option(argv, "--spawn-workers", takes_value=True)
     child_argv = _without_option(child_argv, "--worker-timeout-s", takes_value=True)
     env_base = dict(os.environ)
@@ -352,7 +339,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
         save_manager, restore_manager = _checkpoint_managers(tf, args, checkpoint, identity)
         first_step = 0
-        if args.resume and restore_manager is not None:
+        if (args.resume or args.resume_latest) and restore_manager is not None:
             first_step = restore_latest(checkpoint, restore_manager, telemetry, rank=ranks[0]) or 0
         remaining = max(0, steps - first_step)
         global_batch = args.batch_size * world

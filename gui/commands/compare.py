@@ -17,7 +17,7 @@ from ringscope.gui.commands._args import (
     remove_folders,
 )
 from ringscope.gui.core.extras import require
-from ringscope.gui.core.ingest.session import SessionFileError
+from ringscope.gui.core.ingest.session_reader import SessionFileError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the comparison; exit 2 on a bad session file, an unwritable output or when no output was asked for."""
-    from ringscope.gui.core.analysis.compare import compare_files
+    from ringscope.gui.core.report.compare import compare_files
 
     if not args.html and not args.pdf:
         return fail("compare", "nothing to write; give --html FILE and/or --pdf FILE")

@@ -1,13 +1,13 @@
 """Change a run's telemetry settings while it trains: ringscope control --run RUN --stack-after 2 ...
 
     ringscope control [--endpoint E] [--run RUN] [--ranks 0,3] [--timing light|full] [--stack-after S]
-                      [--device-interval S]
+                      [--device-interval S] [--flush-interval S]
 
 --timing switches DDP's gradient-communication timing (light: no comm hook, full: the per-bucket hook);
 --stack-after sets how long a rank sits in one phase before its heartbeat carries its stack; --device-interval sets
-the GPU/host sampling period. Every agent answers with what it applied and what it refused (and why); the change
-is recorded as a 'control' event of the run. Exit codes: 0 every agent applied everything, 1 something was
-refused or nothing answered, 2 bad arguments.
+the GPU/host sampling period; --flush-interval how long records wait on the agent before they are sent. Every agent
+answers with what it applied and what it refused (and why); the change is recorded as a 'control' event of the
+run. Exit codes: 0 every agent applied everything, 1 something was refused or nothing answered, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -28,11 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="send a rank's stack once it sits this long in one phase")
     parser.add_argument("--device-interval", type=seconds, default=None, metavar="SECONDS",
                         help="GPU / host sampling period")
+    parser.add_argument("--flush-interval", type=seconds, default=None, metavar="SECONDS",
+                        help="how long records wait on the agent before they are sent (0.01-1; agents: 0.05, "
+                             "'ringscope record' asks for 0.25)")
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, object]:
     """The settings ``args`` ask to change (``ringscope.agent.control.SETTINGS`` names)."""
-    wanted = {"timing": args.timing, "stack_after_s": args.stack_after, "device_interval_s": args.device_interval}
+    wanted = {"timing": args.timing, "stack_after_s": args.stack_after, "device_interval_s": args.device_interval,
+              "flush_interval_s": args.flush_interval}
     return {name: value for name, value in wanted.items() if value is not None}
 
 
@@ -42,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_of(args)
     if not settings:
-        return fail("control", "nothing to change: give --timing, --stack-after or --device-interval")
+        return fail("control", "nothing to change: give --timing, --stack-after, --device-interval or "
+                                "--flush-interval")
     keys, code = request_keys(args, "control")
     if code:
         return code

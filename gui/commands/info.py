@@ -12,7 +12,8 @@ import math
 import sys
 from typing import Any
 
-from ringscope.gui.core.ingest.session import SessionFileError, summarize
+from ringscope.gui.core.analysis.info import summarize
+from ringscope.gui.core.ingest.session_reader import SessionFileError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import argparse
 
 from ringscope.gui.commands._args import fail
 from ringscope.gui.core.extras import require
-from ringscope.gui.core.ingest.session import SessionFileError, load
+from ringscope.gui.core.ingest.session_reader import SessionFileError, load
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 from types import FrameType
 
+from ringscope.agent import control
 from ringscope.gui.commands._args import bind_endpoint, new_session_file, positive_int, seconds, seconds_or_zero
 from ringscope.gui.commands._metrics import add_metrics_arguments, start_metrics
 from ringscope.gui.commands.keys import add_secure_arguments, secure_keys
@@ -28,6 +29,23 @@ from ringscope.gui.core.live.watch import RunWatcher
 from ringscope.gui.core.metrics import MetricsServer
 
 WATCH_INTERVAL_S = 0.25  # how often run states are decided (a hang is named within this of crossing its threshold)
+AGENT_FLUSH_S = 0.25
+"""How often a headless recorder asks its agents to send (they send every 50 ms by default, for a window's live
+latency): a quarter of the wake-ups of every rank's sender thread and of this recorder, on cores the training
+needs; a record waits at most this long more."""
+
+
+def agent_flush(text: str) -> float:
+    """``--agent-flush``: 0 (leave the agents' own) or seconds the agents accept (``control.check_settings``, as
+    the collector checks them)."""
+    value = seconds_or_zero(text)
+    if value:
+        try:
+            control.check_settings({"flush_interval_s": value})
+        except control.ControlError:
+            low, high = control.SETTINGS["flush_interval_s"][1:3]  # type: ignore[misc]
+            raise argparse.ArgumentTypeError(f"{text} is outside {low:g}..{high:g} s (or 0: the agents' own)") from None
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-after", type=seconds, default=MIN_THRESHOLD_S, metavar="SECONDS",
                         help="a run whose ranks are alive but complete no step for max(this, 20 x its median step) "
                              "is hung (default %(default)g)")
+    parser.add_argument("--agent-flush", type=agent_flush, default=AGENT_FLUSH_S, metavar="SECONDS",
+                        help="ask every agent to send its records this often (default %(default)g: fewer wake-ups on "
+                             "the training's cores than the agents' own 0.05 s, which a window keeps for live "
+                             "latency; 0: leave the agents' own)")
     add_secure_arguments(parser)
     add_metrics_arguments(parser)
 
@@ -68,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         lost_timeout_s=args.lost_timeout, run_id=run_id, buckets=16, recent_steps=32, series_len=64))
     runs.hang_minimum_s = args.hang_after
     watcher = RunWatcher(runs, recorder.note_event)
-    collector = Collector(args.bind, [recorder, runs], keys=keys)
+    settings = {"flush_interval_s": args.agent_flush} if args.agent_flush else None
+    collector = Collector(args.bind, [recorder, runs], keys=keys, agent_settings=settings)
     metrics, failed = start_metrics(args, "record", runs, lambda: collector.counters, recorder)
     if failed:
         return 2  # before the session file exists: nothing written

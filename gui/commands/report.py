@@ -24,7 +24,7 @@ from ringscope.gui.commands._args import (
 from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
 from ringscope.gui.core.analysis.runs import pick_run, runs_of
 from ringscope.gui.core.extras import require
-from ringscope.gui.core.ingest.session import SessionFileError, load
+from ringscope.gui.core.ingest.session_reader import SessionFileError, load
 
 OUTPUTS: tuple[str, ...] = ("html", "pdf", "csv", "trace")
 

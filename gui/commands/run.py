@@ -9,6 +9,12 @@ DataLoaders and optimizer steps, Keras fit under a tf.distribute strategy and tf
 strategy.run are measured without a code change (see README, "Instrument your training"). Telemetry goes to a
 window or ringscope record listening at the endpoint. With RINGSCOPE_DISABLE=1 the command runs untouched.
 
+With --restart FAULTS (any of hang, failure, lost) the run is supervised: when it hangs or loses a rank (as the
+collector at the endpoint judges it) or COMMAND exits with an error, every rank's stacks are kept in the recording,
+the whole job is stopped, and COMMAND starts again as the next attempt of the same run (same run id,
+RINGSCOPE_ATTEMPT=k), at most --max-restarts times, --restart-delay seconds later. The script resumes from its own
+latest checkpoint (the reference trainers: --resume-latest). Exit 0, Ctrl-C or SIGTERM never restart.
+
 COMMAND runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to ringscope run are forwarded to that group
 (at a terminal, COMMAND gets the terminal, so Ctrl-C reaches it directly, and Ctrl-Z stops both). The exit code is
 COMMAND's: its own code, 128+N when a signal N ended it, 127 when it cannot be found, 126 when it cannot be run.
@@ -18,21 +24,37 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
 from ringscope.agent.inject import disabled_by_environment, injection_env
+from ringscope.agent.keys import AccessKeyError, agent_keys_from_env
 from ringscope.agent.publisher import DEFAULT_ENDPOINT
-from ringscope.agent.runtime import ENV_ENDPOINT, ENV_RUN_ID
+from ringscope.agent.runtime import ENV_ATTEMPT, ENV_ENDPOINT, ENV_RUN_ID
+from ringscope.gui.commands._args import seconds_or_zero
+from ringscope.gui.core.launch.plan import ProcessPlan
+from ringscope.gui.core.launch.process import ManagedProcess, shell_exit_code
+from ringscope.gui.core.launch.restart import (
+    DEFAULT_DELAY_S,
+    DEFAULT_MAX_RESTARTS,
+    MAX_RESTARTS_LIMIT,
+    CollectorLink,
+    RestartPolicy,
+    parse_faults,
+)
 from ringscope.gui.core.launch.spec import new_run_id
+from ringscope.gui.core.launch.supervisor import RestartSupervisor
 
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TICK_S = 0.1  # how often a supervised run's processes and the collector's verdict are looked at
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"collector the agents send to (default: $RINGSCOPE_ENDPOINT, else {DEFAULT_ENDPOINT})")
     parser.add_argument("--run-id", default=None, metavar="ID",
                         help="run id shared by all processes (default: $RINGSCOPE_RUN_ID, else a fresh one)")
+    restart = parser.add_argument_group("restart policy")
+    restart.add_argument("--restart", type=_faults, default=None, metavar="FAULTS",
+                         help="restart the run when it hits one of these faults: a comma-separated list of hang, "
+                              "failure, lost (default: never restart)")
+    restart.add_argument("--max-restarts", type=_restarts, default=None, metavar="N",
+                         help=f"give up after N restarts (default {DEFAULT_MAX_RESTARTS}; needs --restart)")
+    restart.add_argument("--restart-delay", type=seconds_or_zero, default=None, metavar="SECONDS",
+                         help=f"wait this long before each restart (default {DEFAULT_DELAY_S:g}; needs --restart)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the training command, after --")
 
@@ -58,7 +88,80 @@ def run(args: argparse.Namespace) -> int:
         print(f"ringscope run: argument --endpoint: expected a ZeroMQ endpoint such as tcp://HOST:PORT, got "
               f"{args.endpoint!r}", file=sys.stderr)
         return EXIT_USAGE
-    return run_command(command, command_env(os.environ, endpoint=args.endpoint, run_id=args.run_id))
+    env = command_env(os.environ, endpoint=args.endpoint, run_id=args.run_id)
+    if args.restart is None:
+        if args.max_restarts is not None or args.restart_delay is not None:
+            print("ringscope run: --max-restarts and --restart-delay need --restart FAULTS (e.g. --restart "
+                  "hang,failure,lost)", file=sys.stderr)
+            return EXIT_USAGE
+        return run_command(command, env)
+    policy = RestartPolicy(args.restart, DEFAULT_MAX_RESTARTS if args.max_restarts is None else args.max_restarts,
+                           DEFAULT_DELAY_S if args.restart_delay is None else args.restart_delay)
+    return supervise(command, env, policy)
+
+
+def supervise(command: Sequence[str], env: dict[str, str], policy: RestartPolicy) -> int:
+    """Run ``command`` as attempts of one run under ``policy``; return the last attempt's exit code."""
+    if shutil.which(command[0], path=env.get("PATH")) is None:
+        print(f"ringscope run: command not found or not executable: {command[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    if disabled_by_environment(env) or ENV_RUN_ID not in env:
+        print("ringscope run: --restart needs Ringscope's telemetry (RINGSCOPE_DISABLE is set): restarting on "
+              "failure only", file=sys.stderr)
+    run_id = env.get(ENV_RUN_ID) or new_run_id()
+    endpoint = env.get(ENV_ENDPOINT, DEFAULT_ENDPOINT)
+    try:
+        keys = agent_keys_from_env(env)
+    except AccessKeyError as exc:
+        print(f"ringscope run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def say(text: str) -> None:
+        print(f"ringscope run: {text}", file=sys.stderr, flush=True)
+
+    def start(attempt: int) -> list[ManagedProcess]:
+        plan = ProcessPlan("command", list(command), env={**env, ENV_ATTEMPT: str(attempt)})
+        return [ManagedProcess(plan, run_id, capture=False)]
+
+    say(f"run {run_id}: restarting on {policy.describe()}; asking the collector at {endpoint}")
+    supervisor = RestartSupervisor(policy, run_id, start, link=CollectorLink(endpoint, keys), say=say)
+    stop_requested: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop_requested.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED_SIGNALS}
+    try:
+        while not supervisor.done:
+            if stop_requested and not supervisor.stop_requested:
+                say(f"{signal.Signals(stop_requested[0]).name}: stopping the run (no restart)")
+                supervisor.request_stop()
+            supervisor.tick()
+            time.sleep(TICK_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        supervisor.close()
+    attempts = ", ".join(f"{a.attempt}: {a.reason} (exit {a.exit_code})" for a in supervisor.attempts)
+    say(f"run {run_id}: {len(supervisor.attempts)} attempt(s): {attempts}")
+    return supervisor.exit_code if supervisor.exit_code is not None else EXIT_NOT_EXECUTABLE
+
+
+def _faults(text: str) -> frozenset[str]:
+    try:
+        return parse_faults(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _restarts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_RESTARTS_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected a number of restarts 0..{MAX_RESTARTS_LIMIT}, got {text!r}")
+    return value
 
 
 def command_env(base: dict[str, str] | os._Environ[str], *, endpoint: str | None, run_id: str | None) -> dict[str, str]:
@@ -105,7 +208,7 @@ def run_command(command: Sequence[str], env: dict[str, str]) -> int:
             _take_terminal_back(terminal)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 128 - code if code < 0 else code
+    return shell_exit_code(code)
 
 
 def _wait(child: subprocess.Popen[bytes], terminal: int | None) -> int:

@@ -51,20 +51,21 @@ from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
 from ringscope.gui.core.extras import require
 from ringscope.gui.core.sweep.plan import (
     DATASETS,
+    DEFAULTS,
     DEVICES,
+    OUTPUT_NAMES,
+    SESSION_NAME,
     SweepPlan,
     parse_comm_delay,
     parse_frameworks,
     parse_ranks,
     script_conflicts,
 )
+from ringscope.gui.core.sweep.request import split_script_args
 
 if TYPE_CHECKING:
     from ringscope.gui.core.sweep.report import SweepReport
 
-SESSION_NAME = "sweep.db"
-OUTPUT_NAMES = ("sweep.csv", "sweep.html", "sweep.pdf")
-DEFAULT_TIMEOUT_S = 900.0
 GIVEN = "_reference_options_given"
 """The namespace attribute listing the reference trainers' options given on the command line (private: ``_``)."""
 T = TypeVar("T")
@@ -82,29 +83,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"folder for {SESSION_NAME}, {', '.join(OUTPUT_NAMES)} (created if missing; must not "
                              f"hold a {SESSION_NAME} yet)")
     # The reference trainers' options note that they were given, so that one given with --script is refused.
-    parser.add_argument("--steps", type=positive_int, default=200, metavar="N", action=_ReferenceOption,
-                        help="optimizer steps per run (default %(default)d)")
-    parser.add_argument("--model-width", type=positive_int, default=64, metavar="N", action=_ReferenceOption,
-                        help="hidden units per MLP layer (default %(default)d)")
-    parser.add_argument("--model-depth", type=positive_int, default=2, metavar="N", action=_ReferenceOption,
-                        help="hidden layers of the MLP (default %(default)d)")
-    parser.add_argument("--batch-size", type=positive_int, default=32, metavar="N", action=_ReferenceOption,
-                        help="samples per rank per step, the same in every configuration (default %(default)d)")
-    parser.add_argument("--dataset", choices=DATASETS, default="digits", action=_ReferenceOption,
+    for flag, default, what in (("--steps", DEFAULTS.steps, "optimizer steps per run"),
+                                ("--model-width", DEFAULTS.model_width, "hidden units per MLP layer"),
+                                ("--model-depth", DEFAULTS.model_depth, "hidden layers of the MLP"),
+                                ("--batch-size", DEFAULTS.batch_size,
+                                 "samples per rank per step, the same in every configuration")):
+        parser.add_argument(flag, type=positive_int, default=default, metavar="N", action=_ReferenceOption,
+                            help=f"{what} (default %(default)d)")
+    parser.add_argument("--dataset", choices=DATASETS, default=DEFAULTS.dataset, action=_ReferenceOption,
                         help="digits (scikit-learn, bundled) or synthetic (scales with --model-width; default "
                              "%(default)s)")
     parser.add_argument("--script", default=None, metavar="PATH",
                         help="sweep your own training script instead of the reference trainers: run unmodified "
                              "through the zero-code path (as ringscope run), one framework only; the options above "
                              "(--steps ... --dataset) then do not apply")
-    parser.add_argument("--script-args", type=_checked(_split_args), default=(), metavar='"ARGS"',
+    parser.add_argument("--script-args", type=_checked(split_script_args), default=(), metavar='"ARGS"',
                         help='arguments for --script, the same in every configuration, in one quoted word (e.g. '
                              '--script-args "--epochs 1 --lr 0.1"; a single option: --script-args=--fast)')
-    parser.add_argument("--device", choices=DEVICES, default="auto",
+    parser.add_argument("--device", choices=DEVICES, default=DEFAULTS.device,
                         help="where ranks compute: auto = one GPU per rank when there are enough, else the CPU "
                              "(default %(default)s)")
     add_price_argument(parser, f"the agents' price, else {DEFAULT_PRICE_PER_GPU_HOUR:g}")
-    parser.add_argument("--timeout-per-run", type=seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--timeout-per-run", type=seconds, default=DEFAULTS.timeout_per_run_s, metavar="SECONDS",
                         help="stop a configuration still running after this long (default %(default)g)")
     # Test hook: slow one configuration's all-reduce (the DDP trainer's --comm-delay-ms).
     parser.add_argument("--comm-delay-ms-for", type=_checked(parse_comm_delay), action="append", default=[],
@@ -146,9 +146,9 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(plan: SweepPlan, out: Path, args: argparse.Namespace) -> int:
     from ringscope.gui.core.ingest.collector import Collector, CollectorError
     from ringscope.gui.core.ingest.recorder import Recorder
-    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session_reader import load
     from ringscope.gui.core.sweep import RunOutcome, SweepRunner, build_report, write_csv, write_html, write_pdf
-    from ringscope.gui.core.sweep.progress import ProgressLines
+    from ringscope.gui.core.sweep.progress_lines import ProgressLines
 
     session_path = out / SESSION_NAME
     recorder = Recorder(session_path, meta={"command": shlex.join(sys.argv), "sweep": json.dumps(_plan_json(plan))})
@@ -227,7 +227,7 @@ def _progress(line: str) -> None:
 
 
 def _machine_progress(line: str) -> None:
-    """A progress line for the window (``ringscope.gui.core.sweep.progress``): alone on its line, no prefix."""
+    """A progress line for the window (``ringscope.gui.core.sweep.progress_lines``): alone on its line, no prefix."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -252,14 +252,6 @@ class _ReferenceOption(argparse.Action):
                  option_string: str | None = None) -> None:
         setattr(namespace, self.dest, values)
         setattr(namespace, GIVEN, [*getattr(namespace, GIVEN, []), self.option_strings[0]])
-
-
-def _split_args(text: str) -> tuple[str, ...]:
-    """``"--epochs 1 --lr 0.1"`` -> its words, as a shell splits them."""
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as exc:
-        raise ValueError(f"cannot split {text!r} into arguments ({exc}); check its quotes") from None
 
 
 def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:

@@ -49,13 +49,15 @@ class BackgroundJob(QtCore.QObject):
             self.sig_done.emit(result)
 
 
-class _Runnable(QtCore.QRunnable):
-    def __init__(self, job: BackgroundJob) -> None:
+class JobRunnable(QtCore.QRunnable):
+    """A job's ``run`` as a ``QThreadPool`` task (the job stays alive while the pool holds the task)."""
+
+    def __init__(self, run: Callable[[], None]) -> None:
         super().__init__()
-        self._job = job
+        self._run = run
 
     def run(self) -> None:
-        self._job.run()
+        self._run()
 
 
 def start_background(fn: Callable[[], Any], what: str, pool: QtCore.QThreadPool | None = None) -> BackgroundJob:
@@ -64,5 +66,5 @@ def start_background(fn: Callable[[], Any], what: str, pool: QtCore.QThreadPool 
     _running.add(job)
     job.sig_done.connect(lambda _result, j=job: _running.discard(j))
     job.sig_failed.connect(lambda _text, j=job: _running.discard(j))
-    (pool or QtCore.QThreadPool.globalInstance()).start(_Runnable(job))
+    (pool or QtCore.QThreadPool.globalInstance()).start(JobRunnable(job.run))
     return job

@@ -115,6 +115,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             self.script_edit.setText("" if spec.uses_reference else spec.trainer)
             self.args_edit.setText(shlex.join(spec.script_args))
             self.zero_code_check.setChecked(spec.zero_code)
+            self.restart_spin.setValue(spec.restart_max)
             self.python_edit.setText(spec.python)
             self.processes_spin.setValue(spec.processes)
             self.base_port_edit.setText("" if spec.base_port is None else str(spec.base_port))
@@ -169,6 +170,16 @@ class QtLaunchDialog(QtWidgets.QDialog):
             "calling strategy.run.\nTurn it off for a script that reports through the agent itself "
             "(a script using instrument() or RingscopeCallback is measured once either way).")
         form.addRow("Ringscope", self.zero_code_check)
+        self.restart_spin = QtWidgets.QSpinBox()
+        self.restart_spin.setRange(0, 100)
+        self.restart_spin.setSpecialValueText("never")
+        self.restart_spin.setSuffix(" restart(s) at most")
+        self.restart_spin.setToolTip(
+            "When the run hangs, a process fails or a rank is lost, Ringscope keeps every rank's stacks in the "
+            "recording, stops the whole job and starts it again as the next attempt of the same run (1 s later), "
+            "at most this many times.\nThe script resumes from its own latest checkpoint (the reference trainers: "
+            "set 'checkpoint every' and 'resume latest'). A stop from the window or a clean exit never restarts.")
+        form.addRow("Restart automatically", self.restart_spin)
         self.python_edit = QtWidgets.QLineEdit()
         form.addRow("Python", self.python_edit)
         self.processes_spin = QtWidgets.QSpinBox()
@@ -311,6 +322,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             hosts=tuple(self.hosts_edit.text().replace(",", " ").split()) if kind != "tf_mirrored" else (),
             ssh_user=self.ssh_user_edit.text().strip() or None,
             ssh_key=self.ssh_key_edit.text().strip() or None,
+            restart_max=self.restart_spin.value(),
         )
         return spec, errors
 

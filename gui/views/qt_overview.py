@@ -15,6 +15,9 @@ from PySide6 import QtCore, QtWidgets
 
 from ringscope.agent.schema import field_doc
 from ringscope.gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.goodput import CAUSE_TEXT as GOODPUT_TEXT
+from ringscope.gui.core.analysis.goodput import CAUSES as GOODPUT_CAUSES
+from ringscope.gui.core.analysis.goodput import PRODUCTIVE
 from ringscope.gui.core.analysis.hang import HangVerdict
 from ringscope.gui.core.analysis.summary import SessionAnalysis
 from ringscope.gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
@@ -73,7 +76,11 @@ class QtOverview(QtWidgets.QWidget):
                                             "slowest rank waits least in AllReduce. " + field_doc("comm_exposed_s"))
         self.cost = _Card("Cost of waiting", "Idle share x GPUs x price per GPU-hour (set the price in "
                                              "Preferences): what waiting costs per hour right now.")
-        cards = [self.run, self.throughput, self.step_time, self.idle, self.straggler, self.cost]
+        self.goodput = _Card("Goodput", "Share of the run's wall time spent in training steps that were kept (less "
+                                        "their waiting); the rest by cause: waiting, checkpoints, hang until "
+                                        "detected, detection to restart, start-up, steps redone after a restart "
+                                        "(README, Definitions).")
+        cards = [self.run, self.throughput, self.step_time, self.idle, self.straggler, self.goodput, self.cost]
         for card in cards:
             layout.addWidget(card, 3 if card is self.run else 2)  # the run card says the most
         if cost_widget is not None:  # whole-session money figures next to the live waiting rate
@@ -137,6 +144,7 @@ class QtOverview(QtWidgets.QWidget):
         else:
             self.straggler.show_values(f"rank {snap.straggler.rank}", snap.straggler.reason + final,
                                        theme.STRAGGLER_COLOR)
+        self._render_goodput(run, price_per_gpu_hour)
         self._render_cost(snap, price_per_gpu_hour, fit)
 
     def show_network(self, analysis: SessionAnalysis | None) -> None:
@@ -173,6 +181,22 @@ class QtOverview(QtWidgets.QWidget):
         }.get(state, f"{state} after {elapsed}")
         color = {"finished": theme.OK_COLOR, "failed": theme.ALERT_COLOR, "lost": theme.ALERT_COLOR}.get(state)
         return text, color
+
+    def _render_goodput(self, run: Any, price_per_gpu_hour: float | None) -> None:
+        goodput = getattr(run, "goodput", None)
+        if goodput is None or not goodput.wall_s or not math.isfinite(goodput.ratio):
+            self.goodput.show_values("—", "no steps yet")
+            return
+        lost = sorted((c for c in GOODPUT_CAUSES if c != PRODUCTIVE and goodput.share(c) >= 0.005),
+                      key=lambda c: -goodput.seconds[c])[:2]
+        price = price_per_gpu_hour or DEFAULT_PRICE_PER_GPU_HOUR  # as the cost card prices it
+        parts = [f"{GOODPUT_TEXT[c]} {format_share(goodput.share(c))} ({CURRENCY}{goodput.cost(c, price):,.2f})"
+                 for c in lost]
+        attempts = getattr(run, "attempts", 1)
+        detail = ("lost to: " + ", ".join(parts) if parts else "nothing lost") + (
+            f"<br>{run.attempts_text}" if attempts > 1 else "")
+        color = theme.ALERT_COLOR if goodput.ratio < 0.5 else (theme.OK_COLOR if goodput.ratio >= 0.8 else None)
+        self.goodput.show_values(format_share(goodput.ratio), detail, color)
 
     def _render_throughput(self, snap: Snapshot, active: int) -> None:
         if math.isnan(snap.steps_per_s):

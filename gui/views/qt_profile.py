@@ -17,7 +17,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.agent.control import MAX_PROFILE_STEPS
 from ringscope.gui.core.analysis.stacks import parse_rank_list
-from ringscope.gui.views import theme
+from ringscope.gui.views.qt_ask_dialog import QtAskDialog, fixed_pitch_view
 
 PROFILE_TIP = "Run the framework's profiler on the next N steps of chosen ranks; one merged trace and the top ops"
 
@@ -25,7 +25,7 @@ Send = Callable[[int, list[int] | None, Path, Callable[[Any], object]], object]
 """``send(steps, ranks, folder, receiver)``: start the request; ``receiver`` gets the summary map or an error text."""
 
 
-class QtProfileDialog(QtWidgets.QDialog):
+class QtProfileDialog(QtAskDialog):
     """Capture a profile of ``run_id`` (see the module docstring); ``send`` starts the request off the GUI thread."""
 
     def __init__(self, run_id: str, send: Send, default_folder: Path,
@@ -33,7 +33,6 @@ class QtProfileDialog(QtWidgets.QDialog):
         super().__init__(parent)
         self.run_id = run_id
         self._send = send
-        self.job: object | None = None
         self.setWindowTitle(f"Capture profile — {run_id}")
         self.resize(860, 560)
         intro = QtWidgets.QLabel(
@@ -55,64 +54,44 @@ class QtProfileDialog(QtWidgets.QDialog):
         form.addRow("Steps to profile:", self.steps)
         form.addRow("Ranks:", self.ranks)
         form.addRow("Save the trace in:", folder_row)
-        self.status = QtWidgets.QLabel("")
+        self.status = self.status_line = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
-        self.summary = QtWidgets.QPlainTextEdit()
-        self.summary.setReadOnly(True)
-        self.summary.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
-        self.summary.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
+        self.summary = fixed_pitch_view()
         self.capture_button = QtWidgets.QPushButton("Capture")
         self.capture_button.setDefault(True)
         self.capture_button.clicked.connect(self.capture)
         self.open_button = QtWidgets.QPushButton("Open folder")
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
-        close = QtWidgets.QPushButton("Close")
-        close.clicked.connect(self.close)
-        buttons = QtWidgets.QHBoxLayout()
-        buttons.addWidget(self.capture_button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.open_button)
-        buttons.addWidget(close)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.addWidget(intro)
-        layout.addLayout(form)
-        layout.addWidget(self.status)
-        layout.addWidget(self.summary, 1)
-        layout.addLayout(buttons)
+        self._lay_out([intro, form, self.status], self.summary, [self.capture_button], [self.open_button])
 
     def capture(self) -> None:
-        """Ask for the profile (the answer arrives in ``show_outcome``)."""
+        """Ask for the profile (the answer arrives in ``show_result``, or ``show_error``)."""
         ranks = parse_ranks(self.ranks.text())
         if isinstance(ranks, str):
-            self._set_status(ranks, theme.ALERT_COLOR)
+            self._set_status(ranks, alert=True)
             return
         folder = Path(self.folder.text().strip() or ".").expanduser()
         self.capture_button.setEnabled(False)
         self._set_status(f"Profiling the next {self.steps.value()} step(s) of "
                          f"{'ranks ' + self.ranks.text().strip() if ranks else 'every rank'}… (waits for the steps "
-                         "to run and the traces to be written)", "")
-        self.job = self._send(self.steps.value(), ranks, folder, self.show_outcome)
+                         "to run and the traces to be written)")
+        self.job = self._send(self.steps.value(), ranks, folder, self._answered)
 
-    @QtCore.Slot(object)
-    def show_outcome(self, outcome: dict[str, Any] | str) -> None:
-        """The summary map (``text``, ``trace``, ``folder``) or why there is none."""
+    def show_result(self, result: dict[str, Any]) -> None:
+        """Show the summary map (``text``, ``trace``, ``folder``)."""
+        self._idle()
+        self.summary.setPlainText(result["text"])
+        self.open_button.setEnabled(True)
+        self._folder = Path(result["folder"])
+        if result.get("trace"):
+            self._set_status(f"Trace written: {result['trace']} — open it in ui.perfetto.dev")
+        else:
+            self._set_status("No trace could be merged here; see below why", alert=True)
+
+    def _idle(self) -> None:
         self.job = None
         self.capture_button.setEnabled(True)
-        if isinstance(outcome, str):
-            self._set_status(outcome, theme.ALERT_COLOR)
-            return
-        self.summary.setPlainText(outcome["text"])
-        self.open_button.setEnabled(True)
-        self._folder = Path(outcome["folder"])
-        if outcome.get("trace"):
-            self._set_status(f"Trace written: {outcome['trace']} — open it in ui.perfetto.dev", "")
-        else:
-            self._set_status("No trace could be merged here; see below why", theme.ALERT_COLOR)
-
-    def _set_status(self, text: str, color: str) -> None:
-        self.status.setText(text)
-        self.status.setStyleSheet(f"color: {color}" if color else "")
 
     def _browse(self) -> None:
         chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Save the trace in", self.folder.text())

@@ -12,7 +12,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.agent.schema import field_doc
-from ringscope.gui.core.live.gpu_summary import column_percentiles
+from ringscope.gui.core.analysis.quantiles import column_percentiles
 from ringscope.gui.core.live.store import STATE_LOST, Snapshot
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_plot_tools import HoverReadout, set_range

@@ -16,6 +16,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from ringscope.agent.schema import field_doc
 from ringscope.gui.core.live.store import STATE_FINISHED, STATE_LOST, Snapshot
 from ringscope.gui.views import theme
+from ringscope.gui.views.qt_table_model import RIGHT_ALIGNED, ColumnsTableModel, bold_font
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("rank", "Global rank (replica)."),
@@ -34,9 +35,10 @@ _ROLES_ANSWERED = frozenset({_Role.DisplayRole, _Role.UserRole, _Role.Foreground
                              _Role.TextAlignmentRole, _Role.ToolTipRole})
 
 
-class RanksTableModel(QtCore.QAbstractTableModel):
+class RanksTableModel(ColumnsTableModel):
     """Table model over the latest snapshot. ``SortRole`` (UserRole) gives numbers for sorting."""
 
+    COLUMNS = COLUMNS
     SortRole = _Role.UserRole
 
     def __init__(self) -> None:
@@ -62,8 +64,7 @@ class RanksTableModel(QtCore.QAbstractTableModel):
             return
         self._snap = snap
         self._straggler = snap.straggler_row()
-        if snap.ranks.size:  # one signal for the table: the view repaints only the rows it shows
-            self.dataChanged.emit(self.index(0, 0), self.index(len(snap.ranks) - 1, len(COLUMNS) - 1))
+        self.repaint_rows(len(snap.ranks))
 
     def sort(self, column: int, order: QtCore.Qt.SortOrder = QtCore.Qt.SortOrder.AscendingOrder) -> None:
         """Order the rows by a column (numbers numerically, "—" first when ascending), keeping selections."""
@@ -88,18 +89,6 @@ class RanksTableModel(QtCore.QAbstractTableModel):
     def rowCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() or self._snap is None else len(self._snap.ranks)
 
-    def columnCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation: QtCore.Qt.Orientation, role: int = _Role.DisplayRole) -> Any:
-        if orientation != QtCore.Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
-            return None
-        if role == _Role.DisplayRole:
-            return COLUMNS[section][0]
-        if role == _Role.ToolTipRole:
-            return COLUMNS[section][1]
-        return None
-
     def data(self, index: QtCore.QModelIndex | QtCore.QPersistentModelIndex, role: int = _Role.DisplayRole) -> Any:
         snap = self._snap
         # A repaint asks every visible cell for ~10 roles; most are ones this model never sets (decoration, check
@@ -118,11 +107,9 @@ class RanksTableModel(QtCore.QAbstractTableModel):
                 return QtGui.QBrush(QtGui.QColor(theme.LOST_COLOR))
             return None
         if role == _Role.FontRole and row == self._straggler:
-            font = QtGui.QFont()
-            font.setBold(True)
-            return font
+            return bold_font()
         if role == _Role.TextAlignmentRole and col not in (1, 2):
-            return QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter
+            return RIGHT_ALIGNED
         if role == _Role.ToolTipRole and row == self._straggler and snap.straggler is not None:
             return snap.straggler.reason
         return None

@@ -1,7 +1,7 @@
 """Report and comparison exports from the window, on a worker thread with a progress dialog and a cancel button.
 
 Owns the export user flow: choose a format and a file, run the work (``ringscope.gui.core.report.export``,
-``ringscope.gui.core.analysis.compare.compare_files``) on a ``QThreadPool`` worker (the live window keeps drawing:
+``ringscope.gui.core.report.compare.compare_files``) on a ``QThreadPool`` worker (the live window keeps drawing:
 loading and analyzing a large session takes seconds), show progress, cancel. The worker never touches a widget: it emits
 signals of a QObject living on the GUI thread, which Qt delivers there (queued).
 """
@@ -15,9 +15,10 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from ringscope.gui.core.ingest.session import SessionFileError
+from ringscope.gui.core.ingest.session_reader import SessionFileError
 from ringscope.gui.core.report import ExportCancelled, ProgressCallback, build_report, export
 from ringscope.gui.core.session_data import SessionData
+from ringscope.gui.views.qt_background import JobRunnable
 
 FILTERS: dict[str, str] = {
     "HTML report (*.html)": "html",
@@ -45,7 +46,7 @@ def report_work(session: SessionData | Callable[[], SessionData], kind: str, pat
 
 def compare_work(session_a: str, session_b: str, path: str, price_per_gpu_hour: float | None) -> Work:
     """Load, analyze and compare two session files; write HTML, or PDF when ``path`` ends in .pdf."""
-    from ringscope.gui.core.analysis.compare import compare_files
+    from ringscope.gui.core.report.compare import compare_files
 
     pdf = path.lower().endswith(".pdf")
 
@@ -102,15 +103,6 @@ class ExportJob(QtCore.QObject):
         self.sig_progressed.emit(fraction, message)
 
 
-class _Runnable(QtCore.QRunnable):
-    def __init__(self, job: ExportJob) -> None:
-        super().__init__()
-        self._job = job
-
-    def run(self) -> None:
-        self._job.run()
-
-
 class QtReportExporter(QtCore.QObject):
     """Starts exports on a thread pool and shows a progress dialog with Cancel for each."""
 
@@ -137,7 +129,7 @@ class QtReportExporter(QtCore.QObject):
         job.sig_finished.connect(lambda _paths, j=job: self._forget(j))
         job.sig_failed.connect(lambda text, j=job: self._failed(j, text))
         job.sig_cancelled.connect(lambda j=job: self._forget(j))
-        self._pool.start(_Runnable(job))
+        self._pool.start(JobRunnable(job.run))
         return job
 
     def _attach_dialog(self, job: ExportJob) -> None:

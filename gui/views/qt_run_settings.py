@@ -19,9 +19,10 @@ from PySide6 import QtCore, QtWidgets
 
 from ringscope.agent.control import SETTINGS
 from ringscope.gui.core.analysis.stacks import rank_ranges
-from ringscope.gui.views import theme
+from ringscope.gui.views.qt_ask_dialog import QtAskDialog
 
-SETTING_WORDS = {"timing": "DDP timing", "stack_after_s": "stack after", "device_interval_s": "device interval"}
+SETTING_WORDS = {"timing": "DDP timing", "stack_after_s": "stack after", "device_interval_s": "device interval",
+                 "flush_interval_s": "flush interval"}
 """How the dialog names each setting in its outcome lines."""
 TIMING_CHOICES = (("unchanged", None), ("light — no communication hook", "light"),
                   ("full — per-bucket communication hook", "full"))
@@ -29,9 +30,11 @@ STACK_AFTER_DEFAULT_S = 5.0  # the agent's default (ringscope.agent.heartbeat.ST
 DEVICE_INTERVAL_DEFAULT_S = 0.5  # the agent's default (RINGSCOPE_DEVICE_INTERVAL_S)
 
 
-class QtRunSettingsDialog(QtWidgets.QDialog):
+class QtRunSettingsDialog(QtAskDialog):
     """Non-modal. ``send(settings, receiver)`` starts the ``set`` request; ``receiver`` gets the collector's result
     map, or a string saying why there is none."""
+
+    NO_ANSWER = "Nothing applied: "
 
     sig_applied = QtCore.Signal(object)
     """An answer arrived and is shown (argument: the collector's result map)."""
@@ -41,9 +44,7 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         super().__init__(parent)
         self.run_id, self.send = run_id, send
         self.agents_phrase = agents_phrase or f"the agents of run {run_id}"
-        self.job: object | None = None
         self.answer: dict[str, Any] | None = None
-        self.error: str | None = None
         self.setWindowTitle(f"Telemetry settings — run {run_id}")
         self.resize(620, 460)
         intro = QtWidgets.QLabel(f"Sent now to every live agent of run <b>{run_id}</b>; each one says what it "
@@ -65,7 +66,7 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         form.addRow("DDP communication timing:", self.timing)
         form.addRow("Send a rank's stack after:", _row(self.stack_check, self.stack_after))
         form.addRow("Device sampling interval:", _row(self.device_check, self.device_interval))
-        self.status = QtWidgets.QLabel("Tick a setting to change it.")
+        self.status = self.status_line = QtWidgets.QLabel("Tick a setting to change it.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         self.outcome = QtWidgets.QPlainTextEdit()
@@ -74,18 +75,7 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         self.apply_button = QtWidgets.QPushButton("Apply")
         self.apply_button.setDefault(True)
         self.apply_button.clicked.connect(self.apply)
-        close = QtWidgets.QPushButton("Close")
-        close.clicked.connect(self.close)
-        buttons = QtWidgets.QHBoxLayout()
-        buttons.addStretch(1)
-        buttons.addWidget(self.apply_button)
-        buttons.addWidget(close)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.addWidget(intro)
-        layout.addLayout(form)
-        layout.addWidget(self.status)
-        layout.addWidget(self.outcome, 1)
-        layout.addLayout(buttons)
+        self._lay_out([intro, form, self.status], self.outcome, [], [self.apply_button])
         for signal in (self.timing.currentIndexChanged, self.stack_check.toggled, self.device_check.toggled):
             signal.connect(self._update_apply)
         self._update_apply()
@@ -108,7 +98,7 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         settings = self.settings()
         if not settings or self.job is not None:
             return
-        self._set_status(f"Asking {self.agents_phrase} to apply {_words(settings)}…", "")
+        self._set_status(f"Asking {self.agents_phrase} to apply {_words(settings)}…")
         self.apply_button.setEnabled(False)
         self.job = self.send(settings, self._answered)
 
@@ -127,25 +117,13 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         answered = sum(1 for e in entries if e.get("answered"))
         summary = (f"{answered} of {len(entries)} rank{'s' if len(entries) != 1 else ''} answered{took_text}: "
                    f"{complete} applied everything asked")
-        self._set_status(summary, "" if complete == len(entries) else f"color: {theme.ALERT_COLOR};")
+        self._set_status(summary, alert=complete != len(entries))
         lines = [f"{_rank_words(ranks)}: {outcome}" for outcome, ranks in
                  sorted(groups.items(), key=lambda item: (-len(item[1]), min(item[1])))]
         self.outcome.setPlainText("\n".join(lines))
         self.sig_applied.emit(result)
 
-    def show_error(self, text: str) -> None:
-        """Say why nothing was applied (no collector, unknown run, a value out of range...)."""
-        self._idle()
-        self.error = text
-        self._set_status(f"Nothing applied: {text}", f"color: {theme.ALERT_COLOR};")
-
     # ---- Internals -----------------------------------------------------------------------------------------------
-
-    def _answered(self, outcome: dict[str, Any] | str) -> None:
-        if isinstance(outcome, str):
-            self.show_error(outcome)
-        else:
-            self.show_result(outcome)
 
     def _idle(self) -> None:
         self.job = None
@@ -158,9 +136,6 @@ class QtRunSettingsDialog(QtWidgets.QDialog):
         self.apply_button.setEnabled(chosen and self.job is None)
         self.apply_button.setToolTip("" if chosen else "Choose a timing or tick a setting to change first")
 
-    def _set_status(self, text: str, style: str) -> None:
-        self.status.setText(text)
-        self.status.setStyleSheet(style)
 
 
 def _seconds_row(spec: Any, default: float, decimals: int) -> tuple[QtWidgets.QCheckBox, QtWidgets.QDoubleSpinBox]:

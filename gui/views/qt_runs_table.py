@@ -18,9 +18,10 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.gui.core.analysis.cost import CURRENCY, DEFAULT_PRICE_PER_GPU_HOUR
 from ringscope.gui.core.analysis.runs import STATE_TEXT
-from ringscope.gui.core.live.runs import RunRow
+from ringscope.gui.core.live.run_rows import RunRow
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_plot_tools import format_share
+from ringscope.gui.views.qt_table_model import RIGHT_ALIGNED, ColumnsTableModel, bold_font
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("run", "The run id every agent of the training announced (RINGSCOPE_RUN_ID, torchrun's rendezvous id...)."),
@@ -48,9 +49,10 @@ _Role = QtCore.Qt.ItemDataRole
 COMPARE_SHORTCUT = "Ctrl+Shift+R"
 
 
-class RunsTableModel(QtCore.QAbstractTableModel):
+class RunsTableModel(ColumnsTableModel):
     """Rows of the runs table, newest first. ``RunIdRole`` (UserRole) gives a row's run id."""
 
+    COLUMNS = COLUMNS
     RunIdRole = _Role.UserRole
 
     def __init__(self) -> None:
@@ -79,8 +81,7 @@ class RunsTableModel(QtCore.QAbstractTableModel):
             self.endInsertRows()
         else:
             self._rows = newest_first
-        if self._rows:
-            self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, len(COLUMNS) - 1))
+        self.repaint_rows(len(self._rows))
 
     def row_of(self, run_id: str) -> int | None:
         """The table row of a run (None when not shown)."""
@@ -109,18 +110,6 @@ class RunsTableModel(QtCore.QAbstractTableModel):
     def rowCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._rows)
 
-    def columnCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation: QtCore.Qt.Orientation, role: int = _Role.DisplayRole) -> Any:
-        if orientation != QtCore.Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
-            return None
-        if role == _Role.DisplayRole:
-            return COLUMNS[section][0]
-        if role == _Role.ToolTipRole:
-            return COLUMNS[section][1]
-        return None
-
     def data(self, index: QtCore.QModelIndex | QtCore.QPersistentModelIndex, role: int = _Role.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
@@ -132,11 +121,9 @@ class RunsTableModel(QtCore.QAbstractTableModel):
         if role == _Role.ForegroundRole and column == 3:
             return QtGui.QBrush(QtGui.QColor(STATE_COLORS.get(run.state, theme.LOST_COLOR)))
         if role == _Role.FontRole and column == 3:
-            font = QtGui.QFont()
-            font.setBold(True)
-            return font
+            return bold_font()
         if role == _Role.TextAlignmentRole and column in (2, 5, 6, 7, 8, 9):
-            return QtCore.Qt.AlignmentFlag.AlignRight | QtCore.Qt.AlignmentFlag.AlignVCenter
+            return RIGHT_ALIGNED
         if role == _Role.ToolTipRole:
             return self._tooltip(run, column)
         return None
@@ -144,7 +131,8 @@ class RunsTableModel(QtCore.QAbstractTableModel):
     def _tooltip(self, run: RunRow, column: int) -> str:
         if column == 3:
             text = STATE_TEXT.get(run.state, run.state)
-            return text + (f" (exit code {run.exit_code})" if run.exit_code is not None else "")
+            return text + (f" (exit code {run.exit_code})" if run.exit_code is not None else "") + (
+                f"\nrestarted: {run.attempts_text} (ringscope info lists each attempt)" if run.attempts > 1 else "")
         if column == 9:
             return (f"{run.devices} {run.device_unit}s x {run.priced_s / 3600:.3f} h x {CURRENCY}{self._price:g} per "
                     f"{run.device_unit}-hour ({self._price_source} price)"
@@ -163,7 +151,7 @@ def _cell_text(run: RunRow, column: int, cost: float) -> str:
         return str(run.world_size)
     if column == 3:
         return "● " + run.state + (f" ({run.exit_code})" if run.state == "failed" and run.exit_code is not None
-                                   else "")
+                                   else "") + (f" · {run.attempts_text}" if run.attempts > 1 else "")
     if column == 4:
         return _when(run.started_s)
     if column == 5:
@@ -231,6 +219,8 @@ class QtRunsTable(QtWidgets.QWidget):
         for column, width in enumerate((230, 190, 50, 110, 80, 75, 80, 85, 65, 80)):
             self.view.setColumnWidth(column, width)
         self.view.horizontalHeader().setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.Stretch)
+        # "● finished · 3 attempts · hang, failure" must be read whole (a few runs: sizing to them is cheap)
+        self.view.horizontalHeader().setSectionResizeMode(3, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
         self.view.setContextMenuPolicy(QtCore.Qt.ContextMenuPolicy.ActionsContextMenu)
         self.compare_action = QtGui.QAction("Compare selected runs", self.view)
         self.compare_action.setShortcut(QtGui.QKeySequence(COMPARE_SHORTCUT))

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -34,6 +34,7 @@ from ringscope.gui.core.ingest.ask import AskError, ask
 from ringscope.gui.core.launch import connect_endpoint
 from ringscope.gui.core.report.profiles import merge
 from ringscope.gui.views import theme
+from ringscope.gui.views.qt_ask_dialog import QtAskDialog, fixed_pitch_view
 from ringscope.gui.views.qt_hang import QtHangDialog
 from ringscope.gui.views.qt_profile import PROFILE_TIP, QtProfileDialog
 from ringscope.gui.views.qt_run_settings import QtRunSettingsDialog
@@ -50,6 +51,7 @@ _PHASE_COLORS = {"data_wait": theme.PHASE_COLORS["data_wait"], "compute": theme.
 """An agent's position phase in the colour of the step phase it belongs to (a collective is exposed comm)."""
 
 _DETAIL_ROLE = QtCore.Qt.ItemDataRole.UserRole
+_Dialog = TypeVar("_Dialog", bound=QtWidgets.QDialog)
 STACKS_TIP = "Every rank's Python stacks now, identical ones folded (what `ringscope stacks` prints)"
 SETTINGS_TIP = "Change the run's DDP timing, stack threshold or device sampling while it trains"
 
@@ -107,8 +109,10 @@ def agents_phrase(agents: int | None, run_id: str) -> str:
     return f"{agents} agent{'s' if agents != 1 else ''} of run {run_id}"
 
 
-class QtStacksDialog(QtWidgets.QDialog):
+class QtStacksDialog(QtAskDialog):
     """Non-modal: the window keeps drawing while the user reads. Asks at once when shown by ``refresh``."""
+
+    NO_ANSWER = "No stacks: "
 
     sig_answered = QtCore.Signal(object)
     """An answer arrived and is shown (argument: the ``FoldedStacks``)."""
@@ -118,11 +122,9 @@ class QtStacksDialog(QtWidgets.QDialog):
         super().__init__(parent)
         self.endpoint, self.run_id, self.keys, self.agents, self.wait_s = endpoint, run_id, keys, agents, wait_s
         self.folded: FoldedStacks | None = None
-        self.error: str | None = None
-        self.job: AskJob | None = None
         self.setWindowTitle(f"Stacks — run {run_id}")
         self.resize(980, 680)
-        self.header = QtWidgets.QLabel()
+        self.header = self.status_line = QtWidgets.QLabel()
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         self.busy = QtWidgets.QProgressBar()
@@ -134,10 +136,7 @@ class QtStacksDialog(QtWidgets.QDialog):
         self.tree.setHeaderHidden(True)
         self.tree.setRootIsDecorated(True)
         self.tree.currentItemChanged.connect(self._show_detail)
-        self.detail = QtWidgets.QPlainTextEdit()
-        self.detail.setReadOnly(True)
-        self.detail.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
-        self.detail.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
+        self.detail = fixed_pitch_view()
         self.detail.setPlaceholderText("The frames of the group selected above, innermost call last.")
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         split.addWidget(self.tree)
@@ -149,25 +148,14 @@ class QtStacksDialog(QtWidgets.QDialog):
         self.copy_button = QtWidgets.QPushButton("Copy as text")
         self.copy_button.setToolTip("The whole dump, as `ringscope stacks` prints it, for a ticket")
         self.copy_button.clicked.connect(self.copy_text)
-        close = QtWidgets.QPushButton("Close")
-        close.clicked.connect(self.close)
-        buttons = QtWidgets.QHBoxLayout()
-        buttons.addWidget(self.refresh_button)
-        buttons.addStretch(1)
-        buttons.addWidget(self.copy_button)
-        buttons.addWidget(close)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.addWidget(self.header)
-        layout.addWidget(self.busy)
-        layout.addWidget(split, 1)
-        layout.addLayout(buttons)
+        self._lay_out([self.header, self.busy], split, [self.refresh_button], [self.copy_button])
         self.copy_button.setEnabled(False)
 
     def refresh(self) -> None:
         """Ask the run's agents for their stacks (off the GUI thread); the dialog says it is waiting meanwhile."""
         if self.job is not None:
             return  # one request at a time: its answer is on its way
-        self._set_header(f"Asking {agents_phrase(self.agents, self.run_id)} for their stacks…", "")
+        self._set_status(f"Asking {agents_phrase(self.agents, self.run_id)} for their stacks…")
         self.busy.show()
         self.refresh_button.setEnabled(False)
         self.job = start_ask(self.endpoint, "stacks", self._answered, keys=self.keys, run_id=self.run_id,
@@ -186,16 +174,10 @@ class QtStacksDialog(QtWidgets.QDialog):
         text = (f"<b>{answered} of {folded.ranks} rank{'s' if folded.ranks != 1 else ''} answered{took}</b>"
                 f" · run {self.run_id} · asked at {when} · {len(folded.training)} distinct training-thread "
                 f"stack{'s' if len(folded.training) != 1 else ''}")
-        self._set_header(text, f"color: {theme.ALERT_COLOR};" if folded.unanswered else "")
+        self._set_status(text, alert=bool(folded.unanswered))
         self._fill_tree(folded)
         self.copy_button.setEnabled(True)
         self.sig_answered.emit(folded)
-
-    def show_error(self, text: str) -> None:
-        """Say why there is no answer (no collector, unknown run...); what was shown before stays below."""
-        self._idle()
-        self.error = text
-        self._set_header(f"No stacks: {text}", f"color: {theme.ALERT_COLOR};")
 
     def copy_text(self) -> str:
         """Put the folded dump on the clipboard as plain text; returns it ('' before an answer)."""
@@ -215,20 +197,10 @@ class QtStacksDialog(QtWidgets.QDialog):
 
     # ---- Internals -----------------------------------------------------------------------------------------------
 
-    def _answered(self, outcome: dict[str, Any] | str) -> None:
-        if isinstance(outcome, str):
-            self.show_error(outcome)
-        else:
-            self.show_result(outcome)
-
     def _idle(self) -> None:
         self.job = None
         self.busy.hide()
         self.refresh_button.setEnabled(True)
-
-    def _set_header(self, text: str, style: str) -> None:
-        self.header.setText(text)
-        self.header.setStyleSheet(style)
 
     def _fill_tree(self, folded: FoldedStacks) -> None:
         self.tree.clear()
@@ -326,58 +298,18 @@ class RunAgentActions(QtCore.QObject):
 
     def dump_stacks(self, run_id: str | None = None) -> QtStacksDialog | None:
         """Show the stacks dialog of ``run_id`` (default: the selected run) and ask its agents again."""
-        run_id = self._askable(run_id)
-        if run_id is None:
-            return None
-        dialog = self.stacks_dialogs.get(run_id)
-        if dialog is None:
-            dialog = QtStacksDialog(connect_endpoint(self.window.endpoint), run_id, keys=self._keys(),
-                                    agents=self._agents(run_id), parent=self.window)
-            self.stacks_dialogs[run_id] = dialog
-        _bring_up(dialog)
-        dialog.refresh()
+        dialog = self._show_dialog(self.stacks_dialogs, run_id, self._stacks_dialog)
+        if dialog is not None:
+            dialog.refresh()
         return dialog
 
     def open_settings(self, run_id: str | None = None) -> QtRunSettingsDialog | None:
         """Show the telemetry settings dialog of ``run_id`` (default: the selected run)."""
-        run_id = self._askable(run_id)
-        if run_id is None:
-            return None
-        dialog = self.settings_dialogs.get(run_id)
-        if dialog is None:
-            endpoint, keys, key = connect_endpoint(self.window.endpoint), self._keys(), run_id
-
-            def send(settings: dict[str, Any], receiver: Callable[[Any], object]) -> AskJob:
-                return start_ask(endpoint, "set", receiver, keys=keys, run_id=key, settings=settings, wait_s=WAIT_S)
-
-            dialog = QtRunSettingsDialog(run_id, send, agents_phrase=agents_phrase(self._agents(run_id), run_id),
-                                         parent=self.window)
-            self.settings_dialogs[run_id] = dialog
-        _bring_up(dialog)
-        return dialog
+        return self._show_dialog(self.settings_dialogs, run_id, self._settings_dialog)
 
     def open_profile(self, run_id: str | None = None) -> QtProfileDialog | None:
         """Show the Capture profile dialog of ``run_id`` (default: the selected run)."""
-        run_id = self._askable(run_id)
-        if run_id is None:
-            return None
-        dialog = self.profile_dialogs.get(run_id)
-        if dialog is None:
-            endpoint, keys, key = connect_endpoint(self.window.endpoint), self._keys(), run_id
-
-            def send(steps: int, ranks: list[int] | None, folder: Path, receiver: Callable[[Any], object]) -> AskJob:
-                def capture() -> dict[str, Any]:  # on the request's thread: ask, then merge the traces
-                    result = ask(endpoint, "profile", keys=keys, run_id=key, ranks=ranks, steps=steps,
-                                 wait_s=PROFILE_WAIT_S)
-                    summary = merge(result, folder)
-                    return {"text": summary.text(), "trace": str(summary.trace or ""), "folder": str(folder)}
-                return start_job(capture, receiver, "profile")
-
-            folder = Path(tempfile.gettempdir()) / "ringscope-profiles" / f"{run_id}-{time.strftime('%H%M%S')}"
-            dialog = QtProfileDialog(run_id, send, folder, parent=self.window)
-            self.profile_dialogs[run_id] = dialog
-        _bring_up(dialog)
-        return dialog
+        return self._show_dialog(self.profile_dialogs, run_id, self._profile_dialog)
 
     def show_hang_details(self) -> QtHangDialog | None:
         """Show the selected run's hang verdict and the stuck ranks' stacks (the last one, if it recovered)."""
@@ -389,6 +321,46 @@ class RunAgentActions(QtCore.QObject):
                               stacks=self)
         dialog.show()
         return dialog
+
+    def _show_dialog(self, dialogs: dict[str, _Dialog], run_id: str | None,
+                     make: Callable[[str], _Dialog]) -> _Dialog | None:
+        """The dialog of ``run_id`` (default: the selected run) in ``dialogs``, made by ``make`` the first time,
+        shown and raised; None when its agents cannot be asked (the status bar says why)."""
+        run_id = self._askable(run_id)
+        if run_id is None:
+            return None
+        dialog = dialogs.get(run_id)
+        if dialog is None:
+            dialog = dialogs[run_id] = make(run_id)
+        _bring_up(dialog)
+        return dialog
+
+    def _stacks_dialog(self, run_id: str) -> QtStacksDialog:
+        return QtStacksDialog(connect_endpoint(self.window.endpoint), run_id, keys=self._keys(),
+                              agents=self._agents(run_id), parent=self.window)
+
+    def _settings_dialog(self, run_id: str) -> QtRunSettingsDialog:
+        endpoint, keys = connect_endpoint(self.window.endpoint), self._keys()
+
+        def send(settings: dict[str, Any], receiver: Callable[[Any], object]) -> AskJob:
+            return start_ask(endpoint, "set", receiver, keys=keys, run_id=run_id, settings=settings, wait_s=WAIT_S)
+
+        return QtRunSettingsDialog(run_id, send, agents_phrase=agents_phrase(self._agents(run_id), run_id),
+                                   parent=self.window)
+
+    def _profile_dialog(self, run_id: str) -> QtProfileDialog:
+        endpoint, keys = connect_endpoint(self.window.endpoint), self._keys()
+
+        def send(steps: int, ranks: list[int] | None, folder: Path, receiver: Callable[[Any], object]) -> AskJob:
+            def capture() -> dict[str, Any]:  # on the request's thread: ask, then merge the traces
+                result = ask(endpoint, "profile", keys=keys, run_id=run_id, ranks=ranks, steps=steps,
+                             wait_s=PROFILE_WAIT_S)
+                summary = merge(result, folder)
+                return {"text": summary.text(), "trace": str(summary.trace or ""), "folder": str(folder)}
+            return start_job(capture, receiver, "profile")
+
+        folder = Path(tempfile.gettempdir()) / "ringscope-profiles" / f"{run_id}-{time.strftime('%H%M%S')}"
+        return QtProfileDialog(run_id, send, folder, parent=self.window)
 
     def _askable(self, run_id: str | None) -> str | None:
         run_id = run_id or self.window.selected_run_id

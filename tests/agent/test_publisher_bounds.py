@@ -57,7 +57,7 @@ def test_hello_and_health_never_grow_the_queue_beyond_its_capacity(context: zmq.
         most = 0
         deadline = time.monotonic() + 1.5  # ~150 Hello and Health records made while nobody listens
         while time.monotonic() < deadline:
-            most = max(most, publisher.stats.queued)
+            most = max(most, publisher.stats.queue_len)
             time.sleep(0.005)
         assert most == 1000 and publisher.stats.dropped_records == 0
         pull = _pull(context, port)

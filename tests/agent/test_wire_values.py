@@ -14,7 +14,7 @@ import pytest
 
 from ringscope.agent import wire
 from ringscope.agent.schema import INT_MAX, INT_MIN, MAX_RANK, SCHEMA_VERSION, GpuSample, Health, Step
-from ringscope.gui.core.ingest.session import create_statements, insert_statement
+from ringscope.gui.core.ingest.session_schema import create_statements, insert_statement
 from tests.agent import hostile
 
 

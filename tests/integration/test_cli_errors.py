@@ -120,6 +120,8 @@ CASES: dict[str, Case] = {
     "record-duration-negative": Case(("record", "--out", "{tmp}/S.db", "--duration", "-3"),
                                      ("--duration", "seconds > 0", "'-3'")),
     "record-progress-nan": Case(("record", "--out", "{tmp}/S.db", "--progress-s", "nan"), ("--progress-s", "'nan'")),
+    "record-agent-flush-too-long": Case(("record", "--out", "{tmp}/S.db", "--agent-flush", "5"),
+                                        ("--agent-flush", "outside 0.01..1 s")),
     "simulate-processes-0": Case(("simulate", "--ranks", "2", "--processes", "0"), ("--processes", ">= 1", "'0'")),
     "simulate-ranks-0": Case(("simulate", "--ranks", "0"), ("--ranks", ">= 1")),
     "simulate-ranks-not-a-number": Case(("simulate", "--ranks", "four"), ("--ranks", "'four'")),

@@ -12,7 +12,7 @@ import numpy as np
 
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 
 
 def test_simulate_command_with_a_straggler_is_recorded_with_the_straggler_pattern(tmp_path: Path) -> None:

@@ -24,8 +24,9 @@ from ringscope import agent
 from ringscope.agent import wire
 from ringscope.agent.runtime import Agent
 from ringscope.agent.schema import Event, GpuSample, Step
+from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.ingest.collector import MAX_AGENTS, MAX_RANKS, MAX_RUN_IDS
-from ringscope.gui.core.ingest.session import load, summarize
+from ringscope.gui.core.ingest.session_reader import load
 from tests.agent import hostile
 
 RSS_GROWTH_LIMIT_MB = 150

@@ -19,7 +19,7 @@ from ringscope.agent.simulate import run_cluster
 from ringscope.gui.cli import main
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.report import build_report
 
 CLI_TIMEOUT_S = 120

@@ -25,7 +25,7 @@ import pypdfium2 as pdfium
 import pytest
 
 from ringscope.gui.cli import main
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP_TIMEOUT_S = 420

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.report import build_report
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,11 @@ in its own UTS namespace with hostname ``node-<i>``, so ranks on different hosts
 
 Everything is removed on every exit path (``close``, the ``with`` block, interpreter exit, SIGTERM/SIGINT in the
 command-line form); namespaces left by a process that was SIGKILLed are removed by the next ``TestHosts`` (their pid no
-longer exists). A user can run the same thing by hand:
+longer exists). The names derive from the pid, so every ``TestHosts`` of one process uses the same ones: ``close``
+kills whatever still runs in the namespaces and returns only once the links, namespaces and bridge are gone (the
+kernel frees a deleted namespace's links asynchronously, so the links are deleted explicitly), and ``open`` removes
+leftovers with its names first; whatever ran before, each one starts from a clean slate. A user can run the same
+thing by hand:
 
     sudo python -m tests.multinode.hosts --hosts 2 [--shape 1=2mbit]   # prints the addresses, Ctrl-C removes them
     sudo python -m tests.multinode.hosts --cleanup                      # remove leftovers of killed runs
@@ -35,6 +39,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from ringscope.gui.core.launch.remote import stop_marker
+from ringscope.gui.core.launch.spec import LaunchSpec
 
 PREFIX = "rs"
 _NAMESPACE = re.compile(rf"^{PREFIX}(\d+)-h\d+$")
@@ -100,6 +107,8 @@ class TestHosts:
         self.master_address = f"{self.subnet}.1"
         self.bridge = f"{PREFIX}br{self.pid}"
         self.namespaces = [f"{PREFIX}{self.pid}-h{i}" for i in range(count)]
+        # this machine's end of each host's veth pair (at most 15 characters: an interface name's limit)
+        self.links = [f"{PREFIX}v{self.pid % 100000}x{i}" for i in range(count)]
         self._processes: list[subprocess.Popen[Any]] = []
         self._up = False
 
@@ -118,6 +127,8 @@ class TestHosts:
         if why:
             raise HostsError(why)
         cleanup_stale()
+        self.kill_remaining()  # leftovers with these names: a TestHosts of this process that did not close
+        self._remove()
         atexit.register(self.close)
         self._up = True
         try:
@@ -133,7 +144,7 @@ class TestHosts:
                 etc = Path("/etc/netns") / netns
                 etc.mkdir(parents=True, exist_ok=True)
                 (etc / "hosts").write_text(hosts_file)
-                outside = f"{PREFIX}v{self.pid % 100000}x{i}"
+                outside = self.links[i]
                 _ip("netns", "add", netns)
                 _ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", netns)
                 _ip("link", "set", outside, "master", self.bridge)
@@ -147,7 +158,8 @@ class TestHosts:
         return self
 
     def close(self) -> None:
-        """Stop every command started here and remove the namespaces, links and bridge (idempotent)."""
+        """Stop every command started here, kill whatever else still runs in the hosts (an sshd's sessions and what
+        they started), and remove the namespaces, links and bridge; returns once they are gone (idempotent)."""
         for process in self._processes:
             if process.poll() is None:
                 try:
@@ -159,25 +171,50 @@ class TestHosts:
         if not self._up:
             return
         self._up = False
+        atexit.unregister(self.close)
+        self.kill_remaining()
+        self._remove()
+
+    def kill_remaining(self, timeout_s: float = 10.0) -> list[int]:
+        """SIGKILL every process still in the hosts' namespaces until none is left (at most ``timeout_s``); returns
+        the pids killed. A namespace outlives ``ip netns del`` while a process is still in it."""
+        killed: list[int] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            left = [pid for netns in self.namespaces for pid in _netns_pids(netns)]
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        return killed
+
+    def _remove(self, timeout_s: float = 15.0) -> None:
+        # The links are deleted first and explicitly: that frees both ends' names at once, where deleting the
+        # namespace frees them only when the kernel's cleanup gets to it ("File exists" for the next TestHosts).
+        for link in self.links:
+            _ip("link", "del", link, check=False)
         for netns in self.namespaces:
-            _ip("netns", "del", netns, check=False)  # removes its end of the veth pair, and with it the other end
+            _ip("netns", "del", netns, check=False)
             shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)
         _ip("link", "del", self.bridge, check=False)
-        atexit.unregister(self.close)
-
-    def wait_removed(self, timeout_s: float = 15.0) -> bool:
-        """Wait until the veth links of this process's hosts are gone; True when they are (or never existed).
-
-        The kernel removes a deleted namespace, and the veth pair with it, asynchronously: a ``TestHosts`` opened
-        in the same process right after ``close`` can find the old link names still taken. Call before ``open``.
-        """
-        names = [f"{PREFIX}v{self.pid % 100000}x{i}" for i in range(self.count)]
         deadline = time.monotonic() + timeout_s
-        while any(_ip("link", "show", name, check=False).returncode == 0 for name in names):
+        while left := self._existing():
             if time.monotonic() > deadline:
-                return False
+                raise HostsError(f"test hosts not removed after {timeout_s:g} s: {', '.join(left)} still exist; "
+                                 "remove them with `ip link del NAME` / `ip netns del NAME`")
             time.sleep(0.1)
-        return True
+
+    def _existing(self) -> list[str]:
+        """The links, bridge and namespaces of these hosts that exist now."""
+        listed = set(_ip("netns", "list", check=False).stdout.split())
+        links = [name for name in [*self.links, self.bridge]
+                 if _ip("link", "show", name, check=False).returncode == 0]
+        return links + [netns for netns in self.namespaces if netns in listed]
 
     # ---- Use ---------------------------------------------------------------------------------------------------------
 
@@ -208,6 +245,11 @@ class TestHosts:
             raise HostsError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
 
 
+def _netns_pids(namespace: str) -> list[int]:
+    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=10)
+    return [int(pid) for pid in done.stdout.split()]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -216,6 +258,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def marked_processes(run_id: str, host: str) -> list[int]:
+    """Processes (on this machine: the test hosts share its pid space) whose environment marks them as ``run_id``'s
+    on ``host``, as the remote stop finds them."""
+    marks = {f"{key}={value}".encode() for key, value in stop_marker(LaunchSpec(run_id=run_id), host).items()}
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if marks <= set(Path(f"/proc/{name}/environ").read_bytes().split(b"\0")):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,8 @@ from typing import Any
 
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import SessionData, load
+from ringscope.gui.core.ingest.session_reader import load
+from ringscope.gui.core.session_data import SessionData
 from tests.multinode.hosts import TestHosts
 
 ROOT = Path(__file__).resolve().parents[2]

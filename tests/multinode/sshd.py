@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -89,28 +88,15 @@ class SshServers:
         """Stop every sshd started here and whatever still runs in the hosts' namespaces (sessions, and what they
         started); returns the pids that were left and killed. Idempotent.
 
-        A namespace outlives ``ip netns del`` while any process is still in it, and the next ``TestHosts`` of
-        this process reuses its link names: leave nothing behind.
+        sshd's sessions, and what they start, run in sessions of their own: out of reach of the process-group
+        kill of ``TestHosts.close`` (which sweeps the namespaces as well, the same way).
         """
         for server in self._servers:
             if server.poll() is None:
                 server.kill()  # the namespace wrapper execs sshd: this is sshd itself
                 server.wait(timeout=10)
         self._servers.clear()
-        killed: list[int] = []
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            left = [int(pid) for ns in self.hosts.namespaces for pid in _netns_pids(ns)]
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
-        return killed
+        return self.hosts.kill_remaining(timeout_s)
 
     def _wait_listening(self, address: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -123,7 +109,3 @@ class SshServers:
                     raise RuntimeError(f"sshd on {address} did not start listening within {timeout_s} s") from None
                 time.sleep(0.1)
 
-
-def _netns_pids(namespace: str) -> list[str]:
-    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=10)
-    return done.stdout.split()

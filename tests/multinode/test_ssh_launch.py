@@ -3,13 +3,16 @@ starting one ``ssh`` client per host, a collector and recorder on the master nod
 
 A 2-host x 2-rank torchrun DDP run is recorded with ranks grouped by host and nothing lost, both hosts' output
 streamed through the ssh clients; Stop in the middle of a run ends every process of the run on both hosts (found
-by the run id in their environment, whatever their command line); a 2-host MultiWorkerMirroredStrategy run gets
-TF_CONFIG across the hosts with each host's position as its worker index. Root needed (network namespaces, sshd).
+by the run id in their environment, whatever their command line); the launching side gone (its ssh clients
+SIGKILLed) ends the run on both hosts too, by the watchdog each host runs it under; a 2-host
+MultiWorkerMirroredStrategy run gets TF_CONFIG across the hosts with each host's position as its worker index. Root
+needed (network namespaces, sshd).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -20,10 +23,9 @@ import pytest
 
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.launch import Launcher, LaunchSpec
-from ringscope.gui.core.launch.remote import stop_marker
-from tests.multinode.hosts import TestHosts, missing_requirements
+from tests.multinode.hosts import TestHosts, marked_processes, missing_requirements
 from tests.multinode.recording import ROOT
 from tests.multinode.sshd import SshServers, missing_sshd
 
@@ -58,9 +60,7 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    test_hosts = TestHosts(2)
-    assert test_hosts.wait_removed(), "the previous test hosts of this process are still being removed"
-    with test_hosts as hosts, SshServers(hosts, tmp_path / "ssh") as servers:
+    with TestHosts(2) as hosts, SshServers(hosts, tmp_path / "ssh") as servers:
         recorder = Recorder(tmp_path / "run.db").start()
         collector = Collector(f"tcp://{hosts.master_address}:0", [recorder]).start()
         launcher = Launcher(collector.endpoint)
@@ -81,21 +81,6 @@ def wait_for(condition: Callable[[], bool], launcher: Launcher, timeout_s: float
             return True
         time.sleep(0.1)
     return False
-
-
-def marked_processes(run_id: str, host: str) -> list[int]:
-    """Processes (on this machine: the test hosts share its pid space) whose environment marks them as ``run_id``'s
-    on ``host``, as the remote stop finds them."""
-    marks = {f"{key}={value}".encode() for key, value in stop_marker(LaunchSpec(run_id=run_id), host).items()}
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if marks <= set(Path(f"/proc/{name}/environ").read_bytes().split(b"\0")):
-                    found.append(int(name))
-            except OSError:
-                pass
-    return found
 
 
 def namespace_of(pid: int) -> str:
@@ -169,6 +154,39 @@ def test_stop_mid_run_ends_the_run_on_both_hosts(cluster: Cluster) -> None:
     for name, stop in stops.items():
         assert (stop.state, stop.returncode) == ("exited", 0), stop.describe()
         assert any("sent SIGTERM" in line for line in stop.last_lines()), (name, stop.last_lines())
+
+
+def test_killing_the_ssh_clients_ends_the_run_on_both_hosts_within_10_s(cluster: Cluster) -> None:
+    run_id = "ssh-gone"
+    # a quiet training: one that prints would also die of the broken pipe at its next line, watchdog or not
+    run = cluster.launcher.start(cluster.spec(run_id, 1_000_000, options={"steps": 1_000_000, "log-every": 0}))
+    assert wait_for(lambda: cluster.recorder.rows_written >= 4 * 5, cluster.launcher, 240), \
+        [p.last_lines() for p in run.processes]
+    for host in HOSTS:
+        assert len(marked_processes(run_id, host)) >= 1 + RANKS_PER_HOST, host  # torchrun and its ranks
+
+    def remaining() -> dict[str, list[str]]:
+        """Per host, what still carries the run id: in its environment (ranks) or command line (torchrun)."""
+        found = {host: [f"{pid} (marked)" for pid in marked_processes(run_id, host)] for host in HOSTS}
+        for index, host in enumerate(HOSTS):
+            found[host] += pgrep_in(cluster.hosts.namespaces[index], run_id)
+        return {host: lines for host, lines in found.items() if lines}
+
+    killed = time.monotonic()
+    for process in run.processes:
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGKILL)  # the ssh client alone: as when the app dies, nothing is sent to a host
+    left = remaining()
+    while left and time.monotonic() - killed < 10:
+        time.sleep(0.05)
+        left = remaining()
+    took_s = time.monotonic() - killed
+    print(f"\n{took_s:.2f} s after its ssh clients were SIGKILLed the run " + (
+        "had ended on both hosts" if not left else f"still had processes: {left}"))
+    assert left == {}, (took_s, left)
+    assert wait_for(lambda: not run.alive, cluster.launcher, 10)
+    assert [p.returncode for p in run.processes] == [-signal.SIGKILL] * 2
+    assert run.stop_processes == []  # the hosts stopped it by themselves: no stop command was sent
 
 
 def test_multi_worker_mirrored_on_two_hosts_over_ssh_is_recorded_with_one_worker_per_host(cluster: Cluster) -> None:

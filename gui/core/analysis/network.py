@@ -26,6 +26,7 @@ from typing import Final
 
 import numpy as np
 
+from ringscope.gui.core.analysis.quantiles import median_or_none
 from ringscope.gui.core.ingest.transit import Transit
 from ringscope.gui.core.session_data import SessionData
 
@@ -152,18 +153,12 @@ def _per_host_columns(steps: dict[str, np.ndarray], steady: np.ndarray, host_of_
     key = key[order]
     bounds = np.searchsorted(key // span, np.arange(len(names) + 1))
     size = size[order]
-    bytes_of = [_median(size[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
+    bytes_of = [median_or_none(size[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     smallest = np.fmin.reduceat(wait[order], starts)  # each (host, step)'s smallest wait (NaN only if all are)
     group_bounds = np.searchsorted(key[starts] // span, np.arange(len(names) + 1))
-    transfer_of = [_median(smallest[lo:hi]) for lo, hi in itertools.pairwise(group_bounds)]
+    transfer_of = [median_or_none(smallest[lo:hi]) for lo, hi in itertools.pairwise(group_bounds)]
     return bytes_of, transfer_of
-
-
-def _median(values: np.ndarray) -> float | None:
-    values = np.asarray(values, dtype=np.float64)
-    values = values[~np.isnan(values)]
-    return float(np.median(values)) if len(values) else None
 
 
 def _ms(seconds: float | None) -> str:

@@ -152,7 +152,8 @@ def runs_of(data: SessionData, *, launches: Mapping[str, LaunchOutcome] | None =
     out = []
     for run_id in data.run_ids:
         run = data.for_run(run_id)
-        ids = sorted({h.agent_id for h in run.agents})
+        latest = max((h.attempt or 1 for h in run.agents), default=1)
+        ids = sorted({h.agent_id for h in run.agents if (h.attempt or 1) == latest})  # earlier attempts ended
         last_seen = [last_by_agent.get(agent, -math.inf) for agent in ids]
         finished = sum(1 for agent in ids if agent in finished_agents)
         silent = sum(1 for agent, seen in zip(ids, last_seen, strict=True)

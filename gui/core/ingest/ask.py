@@ -31,7 +31,8 @@ class AskError(RuntimeError):
 
 def ask(endpoint: str, command: str, *, run_id: str | None = None, ranks: list[int] | None = None,
         settings: dict[str, Any] | None = None, steps: int | None = None, wait_s: float = 3.0,
-        keys: AgentKeys | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+        keys: AgentKeys | None = None, timeout_s: float | None = None,
+        attempt: control.AttemptNote | None = None) -> dict[str, Any]:
     """Send one request and return the collector's ``result`` map (see ``ringscope.gui.core.ingest.requests``).
 
     Raises ``AskError`` when nothing answers within ``timeout_s`` (default ``wait_s`` + ``REPLY_MARGIN_S``) or the
@@ -56,7 +57,9 @@ def ask(endpoint: str, command: str, *, run_id: str | None = None, ranks: list[i
         socket.connect(endpoint)
         _connected(monitor, endpoint, secure)
         socket.send_multipart(control.encode(command, id=request_id, run=run_id, ranks=ranks, settings=settings,
-                                             steps=steps, wait_s=wait_s), zmq.NOBLOCK)
+                                             steps=steps, wait_s=wait_s,
+                                             attempt=attempt.to_body() if attempt is not None else None),
+                             zmq.NOBLOCK)
         deadline_ms = int(timeout * 1000)
         while socket.poll(deadline_ms, zmq.POLLIN):
             try:

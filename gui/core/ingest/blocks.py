@@ -15,7 +15,8 @@ damaged block), so the caller reads the rows. Not detected: rows deleted by hand
 Block layout: ``layout`` is JSON ``[[name, code], ...]`` in storage order, code ``"f8"`` (float64), ``"i4"`` (int32,
 for integer columns without missing values that fit) or ``"nan"`` (every value missing: nothing stored);
 ``agents`` is the JSON list of the block's distinct agent ids and the first stored column, ``"#agent"`` (``"i4"``),
-indexes it. Numeric values are what the row path gives: float64, NaN for NULL.
+indexes it. Numeric values are what the row path gives: float64, NaN for NULL. The table and its INSERT are
+declared with the file's other tables in ``session_schema``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,7 @@ from typing import Any, Final
 import numpy as np
 
 from ringscope.agent.schema import FIELDS
-
-TABLE: Final[str] = "step_blocks"
-CREATE: Final[str] = (f'CREATE TABLE IF NOT EXISTS "{TABLE}" (first_rowid INTEGER, last_rowid INTEGER, n INTEGER, '
-                      "layout TEXT, agents TEXT, data BLOB)")
-INSERT: Final[str] = f'INSERT INTO "{TABLE}" VALUES (?, ?, ?, ?, ?, ?)'
+from ringscope.gui.core.ingest.session_schema import BLOCKS_TABLE, INSERTS
 
 NUMERIC_NAMES: Final[tuple[str, ...]] = ("recv_s", *(spec.name for spec in FIELDS["step"]))
 """The numeric columns of a step row as inserted: ``recv_s`` then every step field (all numeric)."""
@@ -75,14 +72,15 @@ def write(connection: sqlite3.Connection, rows: Sequence[tuple[Any, ...]], first
     encoded = encode(rows)
     if encoded is None:
         return False
-    connection.execute(INSERT, (first_rowid, first_rowid + len(rows) - 1, len(rows), *encoded))
+    connection.execute(INSERTS[BLOCKS_TABLE], (first_rowid, first_rowid + len(rows) - 1, len(rows), *encoded))
     return True
 
 
 def load_blocks(connection: sqlite3.Connection) -> dict[str, np.ndarray] | None:
     """The step table's columns (``agent_id``, ``recv_s`` and every step field) from its blocks, or None when the
     blocks do not cover every row (see the module docstring)."""
-    if connection.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).fetchone() is None:
+    present = connection.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (BLOCKS_TABLE,))
+    if present.fetchone() is None:
         return None
     # two queries: SQLite answers MIN(rowid) or MAX(rowid) alone from the b-tree's ends, both at once by a scan
     low = connection.execute('SELECT MIN(rowid) FROM "step"').fetchone()[0]
@@ -91,7 +89,7 @@ def load_blocks(connection: sqlite3.Connection) -> dict[str, np.ndarray] | None:
         return None
     # in insertion order (blocks are appended with their rows), which ``_covered`` checks: no sort of the blobs
     blocks = connection.execute(
-        f'SELECT first_rowid, last_rowid, n, layout, agents, data FROM "{TABLE}" ORDER BY rowid').fetchall()
+        f'SELECT first_rowid, last_rowid, n, layout, agents, data FROM "{BLOCKS_TABLE}" ORDER BY rowid').fetchall()
     total = _covered(blocks, low, high)
     if total is None:
         return None

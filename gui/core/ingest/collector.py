@@ -20,7 +20,9 @@ Memory is bounded per connection: ZeroMQ queues at most ``RECEIVE_HWM`` messages
 for each connected peer (then it stops reading that peer's TCP stream: a real agent keeps its records in its own
 bounded queue meanwhile), and what the collector keeps per agent is capped by ``max_agents`` / ``max_ranks`` /
 ``max_run_ids``: a message that would exceed a cap is rejected and counted ("too_many_agents", ...). The caps hold
-for the whole session (a collector never forgets an agent, so a returning one is not mistaken for a new one).
+for the whole session (a collector never forgets an agent, so a returning one is not mistaken for a new one). The
+caps and the sequence numbers live in ``ringscope.gui.core.ingest.admission``; binding, the open-file limit and
+CURVE in ``ringscope.gui.core.ingest.socket_setup``.
 
 What it must never do: raise on bad input (bad messages are counted by reason, logged rate-limited and passed to
 ``on_rejection``), let one sink's exception stop the others, block indefinitely (the loop polls with a timeout so
@@ -30,14 +32,12 @@ What it must never do: raise on bad input (bad messages are counted by reason, l
 from __future__ import annotations
 
 import errno
-import ipaddress
 import logging
-import resource
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 import msgpack
 import zmq
@@ -48,8 +48,16 @@ from ringscope.agent import control, wire
 from ringscope.agent.devices import host_name
 from ringscope.agent.keys import CollectorKeys
 from ringscope.agent.schema import Event, EventKind, Hello
+from ringscope.gui.core.ingest.admission import Admission
 from ringscope.gui.core.ingest.requests import LIVE_S, Requests, Routes
-from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, IngestCounters, IngestSink, Rejection
+from ringscope.gui.core.ingest.sink import JOINED_LATE, IngestCounters, IngestSink, Rejection
+from ringscope.gui.core.ingest.socket_setup import (
+    is_local_endpoint,
+    raise_open_file_limit,
+    release,
+    secure,
+    zmq_endpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +92,10 @@ REPLY_HWM: Final[int] = 32
 
 _POLL_MS: Final[int] = 100  # how long close() may wait for the loop to notice
 _DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-checking the stop flag
+SETTINGS_REQUEST_ID: Final[str] = "collector-settings"
+"""The request id of the settings a collector sends every agent (``agent_settings``); the agents' answers, recorded
+as ``control`` events, carry it."""
+_READ_SLICE_S: Final[float] = 0.1  # and at most this long, so the reply path keeps its pace under a backlog
 _QUIET_MS: Final[int] = 100  # at close: this long without a message means everything on its way has arrived
 CLOSE_DRAIN_S: Final[float] = 2.0
 """How long ``close`` reads messages still on their way at most (agents still sending keep it that long)."""
@@ -111,18 +123,19 @@ class Collector:
 
     def __init__(self, bind: str = DEFAULT_BIND, sinks: Sequence[IngestSink] = (),
                  keys: CollectorKeys | None = None, *, max_agents: int = MAX_AGENTS, max_ranks: int = MAX_RANKS,
-                 max_run_ids: int = MAX_RUN_IDS) -> None:
+                 max_run_ids: int = MAX_RUN_IDS, agent_settings: Mapping[str, object] | None = None) -> None:
         self._bind = bind
+        # sent to every agent once, when its Hello arrives (``control.SETTINGS``), e.g. a headless recorder's
+        # longer flush interval; checked here so that a bad value is the caller's error, not every agent's
+        self._agent_settings = control.check_settings(dict(agent_settings)) if agent_settings else None
+        self._to_configure: list[str] = []  # agent ids whose route has not been sent the settings yet
         self._keys = keys
         self._authenticator: ThreadAuthenticator | None = None
         self._monitor: zmq.Socket | None = None
         self._sinks: tuple[IngestSink, ...] = tuple(sinks)
         self._lock = threading.Lock()  # guards _counters (written by the loop, copied by readers)
         self._counters = IngestCounters()
-        self._next_seq: dict[str, int] = {}  # per agent ever heard from: the sequence number expected next
-        self._ranks: set[int] = set()
-        self._run_ids: set[str] = set()
-        self._max_agents, self._max_ranks, self._max_run_ids = max_agents, max_ranks, max_run_ids
+        self._admission = Admission(max_agents=max_agents, max_ranks=max_ranks, max_run_ids=max_run_ids)
         self._context: zmq.Context | None = None
         self._socket: zmq.Socket | None = None
         self._endpoint = ""
@@ -146,6 +159,12 @@ class Collector:
         # Replacing the tuple (not mutating it) lets the loop iterate without a lock.
         self._sinks = (*self._sinks, sink)
 
+    def continue_from(self, committed: Mapping[str, int]) -> None:
+        """Continue a session another collector recorded (before ``start``): ``committed`` is, per agent, the
+        highest sequence number already in the recording. Agents send again what that collector had not
+        acknowledged; what it had committed is then dropped as a duplicate, and the next message is no gap."""
+        self._admission.continue_from(committed)
+
     def start(self) -> Collector:
         """Bind and start the receive thread. Raises ``CollectorError`` when the endpoint cannot be bound."""
         if self._thread is not None:
@@ -159,14 +178,14 @@ class Collector:
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that left raises (and is skipped)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         if self._keys is not None:
-            self._secure(context, socket, self._keys)
+            self._authenticator = secure(context, socket, self._keys)
         # Failed handshakes are invisible otherwise: count them (a wrong or missing token on a --secure collector,
         # or an agent with a token talking to one that is not --secure).
         self._monitor = socket.get_monitor_socket(_HANDSHAKE_FAILED)
         try:
-            socket.bind(_zmq_endpoint(self._bind))
+            socket.bind(zmq_endpoint(self._bind))
         except zmq.ZMQError as exc:
-            self._release(context, socket)
+            release(context, socket, self._monitor, self._authenticator)
             hint = "; choose another --bind" if exc.errno == errno.EADDRINUSE else ""
             what = "address in use" if exc.errno == errno.EADDRINUSE else str(exc)
             raise CollectorError(f"cannot bind {self._bind}: {what}{hint}") from None
@@ -211,7 +230,7 @@ class Collector:
                 log.warning("collector thread did not stop within %.1f s (a sink is blocking?)", timeout_s + drain_s)
                 return  # the thread still owns the socket; it is a daemon and dies with the process
         if self._context is not None:
-            self._release(self._context, self._socket)
+            release(self._context, self._socket, self._monitor, self._authenticator)
 
     def __enter__(self) -> Collector:
         return self.start()
@@ -219,32 +238,7 @@ class Collector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- CURVE and handshakes ------------------------------------------------------------------------------------
-
-    def _secure(self, context: zmq.Context, socket: zmq.Socket, keys: CollectorKeys) -> None:
-        """Make ``socket`` a CURVE server that admits only ``keys.client_public`` (checked by a ZAP handler)."""
-        allowed = keys.client_public.encode()
-
-        class _AllowList:
-            def callback(self, domain: str, client_key: bytes) -> bool:
-                return client_key == allowed
-
-        authenticator = ThreadAuthenticator(context, log=logging.getLogger(__name__ + ".zap"))
-        authenticator.start()
-        authenticator.configure_curve_callback("*", credentials_provider=_AllowList())
-        self._authenticator = authenticator
-        keys.apply(socket)
-
-    def _release(self, context: zmq.Context, socket: zmq.Socket | None) -> None:
-        if self._monitor is not None:
-            self._monitor.close(0)
-        if socket is not None:
-            if self._monitor is not None:
-                socket.disable_monitor()
-            socket.close(0)
-        if self._authenticator is not None:
-            self._authenticator.stop()
-        context.term()
+    # ---- Handshakes ----------------------------------------------------------------------------------------------
 
     def _handshake_failed(self) -> None:
         assert self._monitor is not None
@@ -311,8 +305,12 @@ class Collector:
             log.info("collector: %d message(s) that were on their way read at close", read)
 
     def _read_ready(self, socket: zmq.Socket) -> int:
-        """Handle the messages waiting on ``socket``, at most ``_DRAIN_MAX``; returns how many."""
+        """Handle the messages waiting on ``socket``, at most ``_DRAIN_MAX`` or for ``_READ_SLICE_S``; returns how
+        many."""
+        until = time.monotonic() + _READ_SLICE_S
         for read in range(_DRAIN_MAX):
+            if read & 15 == 15 and time.monotonic() >= until:
+                return read  # a backlog: acks and replies go out on time (agents wait for the acks at close)
             try:
                 # [routing identity, telemetry] or [routing identity, CONTROL_MARKER, request] (copying small
                 # frames is faster than Frame objects)
@@ -336,24 +334,23 @@ class Collector:
         except wire.WireError as exc:
             self._reject(exc.reason, exc.detail, recv_s, size)
             return
-        refusal = self._admit(batch)
+        admission = self._admission
+        refusal = admission.admit(batch)
         if refusal is not None:
-            if batch.agent_id in self._next_seq:  # counted as rejected: not a gap as well at its next message
-                self._next_seq[batch.agent_id] = batch.seq + 1
             self._reject(*refusal, recv_s, size)
             return
-        if batch.agent_id in self._next_seq and batch.seq < self._next_seq[batch.agent_id]:
+        if admission.is_duplicate(batch):
             with self._lock:  # sent again after a reconnect, and already here: drop it
                 self._counters.duplicates += 1
             return
-        gap = self._track(batch.agent_id, batch.seq, recv_s)
+        gap = admission.track(batch.agent_id, batch.seq, recv_s)
         self._route(batch, identity, recv_s)
         with self._lock:
             counters = self._counters
             counters.messages += 1
             counters.records += len(batch.records)
             counters.bytes += size
-            counters.agents = len(self._next_seq)
+            counters.agents = admission.agents
             if gap is not None and gap.kind == JOINED_LATE:
                 counters.joined_late += 1
                 counters.missing_before_join += gap.missing
@@ -377,55 +374,6 @@ class Collector:
                 recv_s, size))
         self._fan_out("on_batch", batch, recv_s)
 
-    def _admit(self, batch: wire.Batch) -> tuple[str, str] | None:
-        """Apply the session's caps; (reason, detail) when the message would exceed one, else remember what is new.
-
-        Checked before anything is remembered, so a refused message changes no state.
-        """
-        agent_id = batch.agent_id
-        if agent_id not in self._next_seq and len(self._next_seq) >= self._max_agents:
-            return "too_many_agents", (
-                f"agent {agent_id[:80]!r} would be agent {len(self._next_seq) + 1} of this session, which accepts "
-                f"at most {self._max_agents}; record further trainings into a new session file")
-        known_ranks = self._ranks
-        new_ranks: set[int] = set()
-        new_runs: set[str] = set()
-        for record in batch.records:
-            rank = getattr(record, "rank", None)
-            if rank is not None and rank not in known_ranks:
-                new_ranks.add(rank)
-            if isinstance(record, Hello):
-                new_ranks.update(r for r in record.ranks if r not in known_ranks)
-                if record.run_id not in self._run_ids:
-                    new_runs.add(record.run_id)
-        if len(known_ranks) + len(new_ranks) > self._max_ranks:
-            return "too_many_ranks", (
-                f"agent {agent_id[:80]!r} names {len(new_ranks)} new rank(s); this session already has "
-                f"{len(known_ranks)} and accepts at most {self._max_ranks}; record further trainings into a new "
-                "session file")
-        if len(self._run_ids) + len(new_runs) > self._max_run_ids:
-            return "too_many_runs", (
-                f"agent {agent_id[:80]!r} names run id(s) {sorted(new_runs)[:3]!r:.120}; this session already has "
-                f"{len(self._run_ids)} and accepts at most {self._max_run_ids}; record further trainings into a "
-                "new session file")
-        known_ranks.update(new_ranks)
-        self._run_ids.update(new_runs)
-        return None
-
-    def _track(self, agent_id: str, seq: int, recv_s: float) -> Gap | None:
-        """Update the agent's expected sequence number; a Gap when messages were skipped.
-
-        An agent's first message with ``seq > 0`` is a JOINED_LATE gap: what it sent before this collector heard
-        from it (to an earlier collector that crashed or stopped, or lost) is accounted for, never invisible.
-        """
-        expected = self._next_seq.get(agent_id)
-        self._next_seq[agent_id] = seq + 1
-        if expected is None:
-            return Gap(agent_id, 0, seq, recv_s, JOINED_LATE) if seq > 0 else None
-        if seq == expected:
-            return None
-        return Gap(agent_id, expected, seq, recv_s)  # (seq < expected is a duplicate, dropped before this)
-
     # ---- Reply path ----------------------------------------------------------------------------------------------
 
     def _route(self, batch: wire.Batch, identity: bytes, recv_s: float) -> None:
@@ -439,6 +387,9 @@ class Collector:
             if isinstance(record, Hello):
                 route.run_id, route.ranks, route.host, route.pid = (record.run_id, tuple(record.ranks or [record.rank]),
                                                                     record.host, record.pid)
+                if self._agent_settings and not route.configured:
+                    route.configured = True
+                    self._to_configure.append(batch.agent_id)
             elif isinstance(record, Event):
                 if record.event == EventKind.FINISHED:
                     route.finished = True
@@ -451,8 +402,11 @@ class Collector:
         size = len(frames[1])
         try:
             message = control.decode(frames)
+            if message.command in control.COLLECTOR_REQUESTS:
+                self._answer_itself(socket, identity, message)
+                return
             if message.command not in control.REQUESTS:
-                takes = ", ".join(sorted(control.REQUESTS))
+                takes = ", ".join(sorted(control.REQUESTS | control.COLLECTOR_REQUESTS))
                 raise control.ControlError("control_malformed", f"a collector takes {takes} requests, not "
                                                                 f"{message.command!r}")
         except control.ControlError as exc:
@@ -477,9 +431,31 @@ class Collector:
         for route in targets.values():
             self._send(socket, route.identity, control.encode(message.command, **body))
 
+    def _answer_itself(self, socket: zmq.Socket, identity: bytes, message: control.Control) -> None:
+        """A request for the collector itself: a run's status, or a supervisor's attempt note (recorded)."""
+        assert message.run_id is not None  # decode requires it for these
+        if message.command == control.ATTEMPT:
+            self._fan_out("on_attempt", message.run_id, message.attempt)
+            result: dict[str, Any] = {"recorded": True}
+        else:
+            result = {"state": None}  # no sink knows the run (yet): no agent of it said hello
+            for sink in self._sinks:
+                status = getattr(sink, "run_status", None)
+                try:
+                    answer = status(message.run_id) if status is not None else None
+                except Exception as exc:  # a sink must never break the reply path
+                    self._warn(f"sink:{type(sink).__name__}", f"{type(sink).__name__}.run_status failed: {exc!r}")
+                    answer = None
+                if answer is not None:
+                    result = answer
+                    break
+        self._send(socket, identity, control.encode(control.REPLY, id=message.request_id, ok=True, result=result))
+
     def _reply_path(self, socket: zmq.Socket) -> None:
         """Acks (see ``ACK_INTERVAL_S``), and the replies of finished requests."""
         now = time.monotonic()
+        if self._to_configure:
+            self._configure(socket)
         if self._requests:
             for reply in self._requests.due(now):
                 self._send(socket, reply.tool, control.encode(control.REPLY, **reply.body))
@@ -501,6 +477,15 @@ class Collector:
                 continue
             if self._send(socket, route.identity, control.encode(control.ACK, q=safe)):
                 acked[agent_id] = safe
+
+    def _configure(self, socket: zmq.Socket) -> None:
+        """Send the agent settings to the agents heard from since the last wake (their answers are recorded)."""
+        frames = control.encode(control.SET, id=SETTINGS_REQUEST_ID, settings=self._agent_settings)
+        for agent_id in self._to_configure:
+            route = self._routes.get(agent_id)
+            if route is not None and not self._send(socket, route.identity, frames):
+                route.configured = False  # its queue is full: the next Hello (every 5 s) tries again
+        self._to_configure.clear()
 
     def _send(self, socket: zmq.Socket, identity: bytes, frames: list[bytes]) -> bool:
         """Send to one peer without ever blocking; False when it is gone or not reading."""
@@ -550,44 +535,3 @@ def _request_id(frames: list[bytes]) -> str:
         return request_id[: control.MAX_REQUEST_ID_CHARS] if isinstance(request_id, str) else ""
     except Exception:
         return ""
-
-
-def raise_open_file_limit(wanted: int) -> int:
-    """Raise the soft RLIMIT_NOFILE towards ``wanted`` (each agent holds one connection). Returns the new limit.
-
-    Warns when the hard limit is lower: with too few descriptors ZeroMQ silently refuses agents
-    (shared ENVIRONMENT.md: a third of 1024 ranks never arrived with ``ulimit -n 512``).
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as exc:
-            log.warning("could not raise the open-file limit from %d to %d (%s)", soft, target, exc)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        log.warning(
-            "open-file limit is %d (hard limit %s): the collector can serve only about %d agents; "
-            "raise it (ulimit -n %d) before monitoring large trainings", soft, hard, soft // 2, wanted)
-    return int(soft)
-
-
-def is_local_endpoint(bind: str) -> bool:
-    """True when ``bind`` is reachable from this machine only: ipc/inproc, or TCP on a loopback address."""
-    if not bind.startswith("tcp://"):
-        return True  # ipc:// and inproc:// are local by construction
-    host = bind[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # "*", an interface name or a host name: possibly every network this machine is on
-
-
-def _zmq_endpoint(bind: str) -> str:
-    """``tcp://host:0`` means any free port; ZeroMQ spells that ``tcp://host:*``."""
-    if bind.startswith("tcp://") and bind.endswith(":0"):
-        return bind[:-2] + ":*"
-    return bind

@@ -1,11 +1,8 @@
 """Records everything the collector accepts into one SQLite session file (an ``IngestSink``).
 
 What it owns: the session file, one writer thread, and a hand-off queue between the collector's thread and the
-writer, bounded in bytes (``wire.Batch.memory_bytes``, an upper estimate of what a decoded message holds). Tables
-derive from ``ringscope.agent.schema.FIELDS`` (see ``ringscope.gui.core.ingest.session``): one per record kind with
-``agent_id``,
-``recv_s`` and the schema fields; ``meta`` (key/value), ``gaps`` (lost and joined-late ranges), ``sequences`` (per
-agent: first and last sequence number seen, messages, records) and ``rejections``.
+writer, bounded in bytes (``wire.Batch.memory_bytes``, an upper estimate of what a decoded message holds). It writes
+by the file's schema (``session_schema``: the tables, their statements, how a record becomes a row).
 
 What it must never do: block the collector's thread (``on_batch`` is an append; when the queue is full the batch
 is dropped and counted in ``meta.recorder_dropped_records``), stop writing because of one bad batch (a batch that
@@ -15,7 +12,8 @@ returns.
 
 Durability: WAL with ``synchronous=NORMAL``; every committed batch survives a SIGKILL of this process (shared
 ENVIRONMENT.md), and the ingest counters and the ``sequences`` table are written in the same transaction as the
-rows they count.
+rows they count. So an ingest process that replaces a crashed one continues the same file (``reopen``: a new
+segment, the counters and sequences carried on).
 """
 
 from __future__ import annotations
@@ -26,21 +24,15 @@ import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
 from ringscope.agent import wire
-from ringscope.agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello, Record, schema_version_str
-from ringscope.gui.core.ingest import blocks, transit
-from ringscope.gui.core.ingest.session import (
-    FORMAT_NAME,
-    INDEXES,
-    create_statements,
-    insert_statement,
-    stored_positions,
-)
+from ringscope.agent.control import AttemptNote
+from ringscope.agent.schema import FIELDS, SCHEMA_VERSION, Event, Hello
+from ringscope.gui.core.ingest import blocks, session_schema, transit
 from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 
 log = logging.getLogger(__name__)
@@ -66,8 +58,6 @@ _ITEM_BYTES: Final[int] = 256  # what a queued gap or rejection costs the budget
 _DETAIL_CHARS: Final[int] = 1000  # longest rejection text stored
 _LOG_EVERY_S: Final[float] = 10.0
 _WRITE_ERRORS: Final = (sqlite3.Error, ValueError, TypeError, OverflowError, RecursionError, MemoryError)
-
-RINGSCOPE_VERSION: Final[str] = "0.1.0"
 
 
 class Recorder:
@@ -100,7 +90,7 @@ class Recorder:
         self._in_flight_records = 0  # records the writer took from the queue and has not committed yet
         # written by the collector's thread only
         self._dropped_records = 0
-        self._unstored_gaps: Counter[str] = Counter()  # "gaps" / "missing" of gap rows the full queue refused
+        self._unstored_gaps: Counter[str] = Counter()  # COUNTERS of gap rows the full queue refused
         self._rejections_queued = 0
         self._rejected_lock = threading.Lock()
         self._rejected: Counter[str] = Counter()  # every rejection by reason, stored or not
@@ -115,11 +105,12 @@ class Recorder:
         # statistics, not records: their rows are rewritten every TRANSIT_WRITE_S (and at close), not every commit
         self._transit_due: set[str] = set()
         self._transit_next = 0.0
+        self._transit_written: set[str] = set()  # agents whose row is in the file
         self._write_errors = 0
         self._last_write_error: str | None = None
         self._last_error_log = -_LOG_EVERY_S
         self._closed = False
-        self._converters = {kind: _row_converter(kind) for kind in FIELDS}
+        self._converters = {kind: session_schema.row_converter(kind) for kind in FIELDS}
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -130,22 +121,43 @@ class Recorder:
         if self.path.exists():
             raise FileExistsError(f"session file {self.path} already exists; choose a new --out path or delete it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
+        connection = _connect(self.path)
         with _transaction(connection):
-            for statement in create_statements():
+            for statement in session_schema.create_statements():
                 connection.execute(statement)
-            meta = {
-                "format": FORMAT_NAME,
-                "schema_version": schema_version_str(),
-                "schema_major": str(SCHEMA_VERSION[0]),
-                "created_s": repr(time.time()),
-                "ringscope_version": RINGSCOPE_VERSION,
-                "run_ids": "[]",
-                **self._meta,
-            }
-            connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items())
+            meta = {**session_schema.format_meta(time.time()), **self._meta}
+            connection.executemany(session_schema.INSERTS["meta"], meta.items())
+        return self._start_writer(connection)
+
+    def reopen(self, reason: str) -> Recorder:
+        """Open an existing session file for append, as a new segment of the same session, and start the writer.
+
+        For an ingest process that replaces one that crashed: the file of a killed writer is consistent (SQLite
+        rolls back what was not committed), and this recorder carries on from what it holds: the ``sequences``
+        rows (merged, never overwritten), the ingest counters in ``meta`` and the run ids. A segment marker is
+        appended to ``meta.segments`` (JSON: ``[{"started_s": ...}, {"started_s": ..., "reason": ...}]``; a file
+        without it has one segment). Raises ``FileNotFoundError``, or ``ValueError`` naming what is wrong with a
+        file that is not a session this version can append to.
+        """
+        if self._thread is not None:
+            return self
+        if not self.path.is_file():
+            raise FileNotFoundError(f"session file {self.path} does not exist; nothing to continue recording into")
+        connection = _connect(self.path)
+        try:
+            with _transaction(connection):
+                for statement in session_schema.create_statements():  # tables a later version added are created empty
+                    connection.execute(statement)
+                segments = self._resume_from(connection)
+                segments.append({"started_s": time.time(), "reason": reason})
+                connection.execute(session_schema.INSERTS["meta"], ("segments", json.dumps(segments)))
+                connection.execute("DELETE FROM meta WHERE key = 'closed_s'")  # being written again
+        except (sqlite3.Error, ValueError) as exc:
+            connection.close()
+            raise ValueError(f"cannot reopen session file {self.path} for append: {exc}") from None
+        return self._start_writer(connection)
+
+    def _start_writer(self, connection: sqlite3.Connection) -> Recorder:
         connection.set_progress_handler(self._on_progress, _PROGRESS_OPS)
         self._connection = connection
         self._thread = threading.Thread(target=self._run, name="ringscope-recorder", daemon=True)
@@ -179,12 +191,7 @@ class Recorder:
     @property
     def file_bytes(self) -> int:
         """Size of the session on disk, including the write-ahead log."""
-        total = 0
-        for suffix in ("", "-wal"):
-            candidate = self.path.with_name(self.path.name + suffix)
-            if candidate.exists():
-                total += candidate.stat().st_size
-        return total
+        return session_schema.file_bytes(self.path)
 
     def close(self, timeout_s: float = CLOSE_STALL_S) -> None:
         """Write everything received so far, build indexes, and close the file. Idempotent.
@@ -219,6 +226,32 @@ class Recorder:
             log.error("%d row(s) could not be written to %s (last error: %s); the file holds everything else",
                       self._write_errors, self.path, self._last_write_error)
 
+    def _resume_from(self, connection: sqlite3.Connection) -> list[dict[str, Any]]:
+        """Take over what the file's previous writer counted (``reopen``); returns the file's segments so far."""
+        meta = {str(k): str(v) for k, v in connection.execute("SELECT key, value FROM meta")}
+        if meta.get("format") != session_schema.FORMAT_NAME or meta.get("schema_major") != str(SCHEMA_VERSION[0]):
+            raise ValueError(f"it is not a session of schema {SCHEMA_VERSION[0]}.x (format {meta.get('format')!r}, "
+                             f"schema {meta.get('schema_version')!r}); record into a new file")
+        for row in connection.execute("SELECT agent_id, first_seq, last_seq, messages, records, first_recv_s, "
+                                      "last_recv_s FROM sequences"):
+            self._sequences[str(row[0])] = list(row[1:])
+            self._committed[str(row[0])] = int(row[2])  # the collector drops these when they are sent again
+        recorded = transit.load(connection)
+        self._transit.resume(recorded)
+        self._transit_written |= set(recorded)
+        for name in session_schema.COUNTERS:
+            self._counts[name] = session_schema.meta_int(meta, name)
+        self._dropped_records = session_schema.meta_int(meta, "recorder_dropped_records")
+        self._write_errors = session_schema.meta_int(meta, "write_errors")
+        self._last_write_error = meta.get("last_write_error") or None
+        rejected = session_schema.meta_json(meta, "rejected", {})
+        self._rejected.update({str(k): v for k, v in rejected.items() if isinstance(v, int)})
+        self._run_ids = {str(run_id) for run_id in session_schema.meta_json(meta, "run_ids", [])}
+        self._run_ids_written = set(self._run_ids)
+        self._rejections_queued = int(connection.execute("SELECT COUNT(*) FROM rejections").fetchone()[0])
+        segments: list[dict[str, Any]] = session_schema.meta_json(meta, "segments", [])
+        return segments or [{"started_s": float(meta["created_s"]) if "created_s" in meta else None}]
+
     # ---- IngestSink (collector thread: appends only) -------------------------------------------------------------
 
     def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
@@ -231,7 +264,7 @@ class Recorder:
         """Queue a gap row (its counts are kept even when the full queue refuses the row)."""
         if not self._enqueue("gap", gap, gap.ts_s, _ITEM_BYTES):
             self._unstored_gaps["joined_late" if gap.kind == JOINED_LATE else "gaps"] += 1
-            self._unstored_gaps["missing_before_join" if gap.kind == JOINED_LATE else "missing"] += gap.missing
+            self._unstored_gaps["missing_before_join" if gap.kind == JOINED_LATE else "missing_messages"] += gap.missing
 
     def on_joined_late(self, gap: Gap) -> None:
         """Queue a joined-late row: messages the agent sent before this collector heard from it."""
@@ -262,6 +295,12 @@ class Recorder:
     def note_launch(self, run_id: str, state: str, exit_code: int | None, ts_s: float, detail: str = "") -> None:
         """Record how a run the window launched ended (stopped / failed / finished): agents cannot say it."""
         self._queue.append(("launch", (run_id, state, exit_code, ts_s, detail), ts_s, 0))
+        self._wake.set()
+
+    def on_attempt(self, run_id: str, note: AttemptNote) -> None:
+        """Record a restart supervisor's word on an attempt of a run (collector thread; ``IngestSink`` hook)."""
+        self._queue.append(("attempt", (run_id, note.attempt, note.event, note.ts_s, note.reason, note.exit_code,
+                                        note.detail), note.ts_s, 0))
         self._wake.set()
 
     def note_event(self, agent_id: str, event: Event) -> None:
@@ -312,7 +351,7 @@ class Recorder:
 
     def _write_items(self, connection: sqlite3.Connection, items: list[tuple[str, Any, float, int]]) -> None:
         rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in FIELDS}
-        tables: dict[str, list[tuple[Any, ...]]] = {"gaps": [], "rejections": [], "launches": []}
+        tables: dict[str, list[tuple[Any, ...]]] = {"gaps": [], "rejections": [], "launches": [], "attempts": []}
         counts = self._counts
         touched: set[str] = set()
         for what, payload, ts, _ in items:
@@ -322,6 +361,8 @@ class Recorder:
                 touched.add(payload.agent_id)
             elif what == "launch":
                 tables["launches"].append(payload)
+            elif what == "attempt":
+                tables["attempts"].append(payload)
             elif what == "event":
                 agent_id, event = payload
                 rows["event"].append(self._converters["event"](agent_id, ts, event))
@@ -335,7 +376,9 @@ class Recorder:
                 tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
         tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
         self._transit_due |= touched
-        if time.monotonic() >= self._transit_next:
+        # every 2 s, and at once for an agent's first messages: a process that replaces a crashed one registers
+        # the agents of a running run from their row (clock offset), so no rank waits for its next Hello
+        if time.monotonic() >= self._transit_next or not touched <= self._transit_written:
             tables["transit"] = self._transit_rows()
         records = sum(len(r) for r in rows.values())
         try:
@@ -365,8 +408,8 @@ class Recorder:
                 tables: dict[str, list[tuple[Any, ...]]], *, row_by_row: bool) -> int:
         """Insert everything of one commit; with ``row_by_row`` a failing row is dropped (and counted) alone.
         Returns how many record rows failed."""
-        statements = [(kind, insert_statement(kind), kind_rows) for kind, kind_rows in rows.items()]
-        statements += [(name, _TABLE_INSERTS[name], table_rows) for name, table_rows in tables.items()]
+        statements = [(kind, session_schema.insert_statement(kind), kind_rows) for kind, kind_rows in rows.items()]
+        statements += [(name, session_schema.INSERTS[name], table_rows) for name, table_rows in tables.items()]
         failed_records = 0
         for table, statement, statement_rows in statements:
             if not statement_rows:
@@ -387,7 +430,7 @@ class Recorder:
                         raise
                     self._write_failed(exc, 1, f"row {index} of table {table}")
                     failed_records += table in rows
-        connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", self._meta_counters())
+        connection.executemany(session_schema.INSERTS["meta"], self._meta_counters())
         return failed_records
 
     def _batch_rows(self, batch: wire.Batch, recv_s: float, rows: dict[str, list[tuple[Any, ...]]]) -> None:
@@ -433,14 +476,8 @@ class Recorder:
         with self._rejected_lock:
             rejected = json.dumps(dict(self._rejected), sort_keys=True)
         meta = [
-            ("messages", str(counts["messages"])),
-            ("records", str(counts["records"])),
-            ("gaps", str(counts["gaps"] + unstored.get("gaps", 0))),
-            ("missing_messages", str(counts["missing_messages"] + unstored.get("missing", 0))),
-            ("joined_late", str(counts["joined_late"] + unstored.get("joined_late", 0))),
-            ("missing_before_join", str(counts["missing_before_join"] + unstored.get("missing_before_join", 0))),
+            *((name, str(counts[name] + unstored.get(name, 0))) for name in session_schema.COUNTERS),
             ("rejected", rejected),
-            ("skipped_records", str(counts["skipped_records"])),
             ("recorder_dropped_records", str(self._dropped_records)),
             ("write_errors", str(self._write_errors)),
             ("last_write_error", self._last_write_error or ""),
@@ -453,6 +490,7 @@ class Recorder:
 
     def _transit_rows(self) -> list[tuple[str, int, float, str]]:
         rows = self._transit.rows(self._transit_due)
+        self._transit_written |= self._transit_due
         self._transit_due = set()
         self._transit_next = time.monotonic() + TRANSIT_WRITE_S
         return rows
@@ -461,10 +499,10 @@ class Recorder:
         """Indexes are built once at the end: maintaining them per insert costs ~10x (shared ENVIRONMENT.md)."""
         started = time.monotonic()
         with _transaction(connection):
-            connection.executemany(transit.INSERT, self._transit_rows())
-            for statement in INDEXES:
+            connection.executemany(session_schema.INSERTS["transit"], self._transit_rows())
+            for statement in session_schema.INDEXES:
                 connection.execute(statement)
-            connection.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+            connection.executemany(session_schema.INSERTS["meta"],
                                    [*self._meta_counters(), ("closed_s", repr(time.time()))])
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         log.debug("indexes built in %.2f s", time.monotonic() - started)
@@ -478,6 +516,14 @@ def _records_in(items: list[tuple[str, Any, float, int]]) -> int:
     return sum(len(payload.records) for what, payload, _, _ in items if what == "batch")
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    """An autocommit connection to ``path`` for the writer thread, in WAL mode (see Durability)."""
+    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    return connection
+
+
 @contextmanager
 def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
     """BEGIN ... COMMIT (ROLLBACK on error) on an autocommit connection."""
@@ -489,33 +535,3 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
         if connection.in_transaction:  # SQLite rolls back by itself on some errors (disk full)
             connection.execute("ROLLBACK")
         raise
-
-
-_TABLE_INSERTS: Final[dict[str, str]] = {
-    "gaps": "INSERT INTO gaps(agent_id, expected_seq, got_seq, missing, ts_s, kind) VALUES (?, ?, ?, ?, ?, ?)",
-    "rejections": "INSERT INTO rejections(reason, detail, ts_s, size_bytes) VALUES (?, ?, ?, ?)",
-    "launches": "INSERT INTO launches(run_id, state, exit_code, ts_s, detail) VALUES (?, ?, ?, ?, ?)",
-    "transit": transit.INSERT,
-    "sequences": "INSERT OR REPLACE INTO sequences(agent_id, first_seq, last_seq, messages, records, first_recv_s, "
-                 "last_recv_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
-}
-
-
-def _row_converter(kind: str) -> Callable[[str, float, Record], tuple[Any, ...]]:
-    """A function making one table row from a record; list fields become JSON text."""
-    specs = FIELDS[kind]
-    positions = stored_positions(kind)
-    list_positions = [i for i in positions if list in specs[i].types]
-    record_values = wire.record_values
-    if not list_positions and len(positions) == len(specs):
-        def plain(agent_id: str, recv_s: float, record: Record) -> tuple[Any, ...]:
-            return (agent_id, recv_s, *record_values(record))
-        return plain
-
-    def general(agent_id: str, recv_s: float, record: Record) -> tuple[Any, ...]:
-        values = list(record_values(record))
-        for i in list_positions:
-            if values[i] is not None:
-                values[i] = json.dumps(values[i], separators=(",", ":"))
-        return (agent_id, recv_s, *(values[i] for i in positions))
-    return general

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from ringscope.agent.control import PROFILE, SET, STACKS, Control
 from ringscope.agent.schema import Event, EventKind
-from ringscope.gui.core.ingest.transit import CLOCK_ALIGN_MIN_S
+from ringscope.gui.core.ingest.clocks import CLOCK_ALIGN_MIN_S
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class Route:
     host: str = ""
     pid: int | None = None
     finished: bool = False
+    configured: bool = False  # the collector's agent settings were sent to it (once per route)
     min_transit_s: float = float("inf")  # receipt - send time, smallest seen: the clock offset (+ one-way delay)
 
     @property

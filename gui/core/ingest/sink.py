@@ -10,6 +10,11 @@ sequence number it has committed; the collector acknowledges to agents only what
 Optional hook: a sink may also define ``on_joined_late(gap: Gap)``; the collector calls it (and only it) when an
 agent's first message to this collector has ``seq > 0`` (``Gap.kind == JOINED_LATE``): messages this collector never
 saw, sent before it listened or to an earlier collector — not a loss inside the session, so ``on_gap`` is not called.
+
+Optional, for restart supervisors (``ringscope run --restart``): ``on_attempt(run_id, note: AttemptNote)`` records
+what a supervisor says about an attempt of a run, and ``run_status(run_id) -> dict | None`` says how the sink judges
+the run now (the live runs: state, hang verdict, lost ranks); the collector answers a ``status`` request with the
+first sink's answer that is not None.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Launching trainings from the app (Qt-free): the public API, re-exported from the modules of this package.
 
-Modules: ``options`` (trainer option table), ``spec`` (LaunchSpec), ``validation`` (validate), ``plan``
-(build_commands, ports), ``process`` (ManagedProcess, output buffers), ``runner`` (Launcher), ``demo`` (demo_spec).
+Modules: ``options`` (trainer option table), ``spec`` (LaunchSpec), ``validation`` (validate), ``commands``
+(build_commands: local ``plan`` or SSH ``remote``), ``endpoints`` (ports and collector addresses), ``process``
+(ManagedProcess, output buffers), ``runner`` (Launcher), ``supervisor`` and ``restart`` (restart policy), ``demo``
+(demo_spec).
 
     launcher = Launcher("tcp://127.0.0.1:5757")
     errors = launcher.validate(spec)          # every problem, in words, before anything starts
@@ -12,7 +14,15 @@ Modules: ``options`` (trainer option table), ``spec`` (LaunchSpec), ``validation
 Never imports Qt or a training framework.
 """
 
+from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.demo import DEMO_STEPS, demo_spec, gpu_count
+from ringscope.gui.core.launch.endpoints import (
+    check_bindable,
+    connect_endpoint,
+    free_ports,
+    port_in_use,
+    remote_endpoint,
+)
 from ringscope.gui.core.launch.options import (
     OPTIONS,
     OPTIONS_BY_KEY,
@@ -22,15 +32,7 @@ from ringscope.gui.core.launch.options import (
     option_for,
     options_for,
 )
-from ringscope.gui.core.launch.plan import (
-    ProcessPlan,
-    build_commands,
-    check_bindable,
-    connect_endpoint,
-    free_ports,
-    port_in_use,
-    remote_endpoint,
-)
+from ringscope.gui.core.launch.plan import ProcessPlan
 from ringscope.gui.core.launch.process import FINAL_STATES, ManagedProcess, OutputBuffer, ProcessState, StateChange
 from ringscope.gui.core.launch.runner import Launcher, LaunchError, Run
 from ringscope.gui.core.launch.spec import (

@@ -97,6 +97,8 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
     OptionSpec("checkpoint-every-steps", "int", "save a checkpoint every N steps", minimum=1, maximum=1_000_000_000),
     OptionSpec("checkpoint-every-s", "float", "save a checkpoint every N seconds", minimum=1e-3, maximum=1e9),
     OptionSpec("resume", "flag", "continue from the latest checkpoint in --checkpoint-dir", default=False),
+    OptionSpec("resume-latest", "flag", "continue from the latest checkpoint when there is one, else from step 0 "
+               "(for Restart automatically)", default=False),
     OptionSpec("log-every", "int", "print progress every N steps (0: never; trainer default 20)", minimum=0,
                maximum=1_000_000_000),
     OptionSpec("amp", "flag", "mixed precision (bf16); GPU only", default=False),
@@ -207,7 +209,8 @@ def check_combination(options: dict[str, OptionValue], framework: Framework, wor
         errors.append(f"--slow-rank {slow_rank} needs --slow-ms with a positive number of milliseconds")
     if slow_rank is None and slow_ms > 0:
         errors.append(f"--slow-ms {values['slow-ms']} needs --slow-rank K to say which rank is slowed")
-    wants_dir = [f"--{name}" for name in ("checkpoint-every-steps", "checkpoint-every-s", "resume") if values.get(name)]
+    wants_dir = [f"--{name}" for name in ("checkpoint-every-steps", "checkpoint-every-s", "resume",
+                                              "resume-latest") if values.get(name)]
     if wants_dir and not values.get("checkpoint-dir"):
         errors.append(f"{', '.join(wants_dir)} needs --checkpoint-dir (where checkpoints are written and read)")
     if values.get("amp") and values.get("device") == "cpu":

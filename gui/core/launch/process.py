@@ -80,7 +80,9 @@ class StateChange:
 class ManagedProcess:
     """A started process of one run. Read ``name``, ``pid``, ``state``, ``returncode``, ``output``."""
 
-    def __init__(self, plan: ProcessPlan, run_id: str, buffer_lines: int = 2000) -> None:
+    def __init__(self, plan: ProcessPlan, run_id: str, buffer_lines: int = 2000, *, capture: bool = True) -> None:
+        """``capture=False``: the process writes to this process's stdout/stderr (``ringscope run``), nothing is
+        buffered."""
         self.plan = plan
         self.name = plan.name
         self.run_id = run_id
@@ -98,10 +100,13 @@ class ManagedProcess:
         try:
             # Own session = own process group, so a stop reaches torchrun and everything it started.
             self._popen = subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.full_env(), stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                                           stdout=subprocess.PIPE if capture else None,
+                                           stderr=subprocess.STDOUT if capture else None, start_new_session=True)
         except OSError as error:
             self.output.append(f"could not start {plan.argv[0]!r}: {error}")
             self.state, self.returncode, self.ended_s = "failed", None, time.monotonic()
+            return
+        if not capture:
             return
         self._reader = threading.Thread(target=self._read, args=(self._popen.stdout,),
                                         name=f"ringscope-output-{self.name}", daemon=True)
@@ -232,6 +237,11 @@ class ManagedProcess:
                 if len(text) > MAX_LINE_CHARS:
                     text = text[:MAX_LINE_CHARS] + " ...[line truncated]"
                 self.output.append(text)
+
+
+def shell_exit_code(code: int) -> int:
+    """A ``Popen`` return code as a shell reports it: 128 + N for a process ended by signal N."""
+    return 128 - code if code < 0 else code
 
 
 def _code_text(code: int) -> str:

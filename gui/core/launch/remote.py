@@ -3,7 +3,8 @@
 For a spec with ``hosts`` the launcher starts, on this machine, one process per host:
 
     ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new [-i KEY] [USER@]HOST \\
-        'cd DIR || exit 1; exec env K=V ... python -m torch.distributed.run --nnodes N --nproc-per-node P \\
+        'cd DIR || exit 1; exec python -c WATCHDOG_CODE RUN HOST GRACE_S \\
+         env K=V ... python -m torch.distributed.run --nnodes N --nproc-per-node P \\
          --rdzv-backend c10d --rdzv-endpoint HOST0:PORT --rdzv-id RUN ...'
 
 as DeepSpeed's and pdsh-style launchers do: the hosts share the file system paths of this machine (interpreter,
@@ -12,6 +13,19 @@ process panel streams it like a local process's. Every remote process carries ``
 ``RINGSCOPE_HOST`` (the host as given) in its environment; ``remote_stop_plans`` uses exactly that pair to find and
 stop a run's processes on a host (SIGTERM, SIGKILL after the grace period), because an ssh client without a
 terminal sends nothing to the remote side when it is signalled or killed.
+
+For the same reason a run would otherwise outlive its connection (the ssh client killed, the app gone): the training
+runs under a watchdog on each host (``WATCHDOG_CODE``), which starts the host's commands as its child, with the ssh
+session's output as theirs, exits with their exit status (a signal ``N`` as ``128 + N``, as a shell reports it),
+and stops the run on that host as ``remote_stop_plans`` does (the same code) once the ssh session is gone. It
+notices that by its standard output: sshd reads the session's output from a pipe (a socket pair on some builds),
+and when the connection ends the sshd process holding the other end exits, so ``poll`` on our end reports
+POLLERR (pipe) or POLLHUP (socket) at once. Other signals were ruled out: stdin is at EOF from the start (the
+launcher gives the ssh client /dev/null, and ssh forwards that EOF); writing a heartbeat byte to find EPIPE would
+put bytes into the training's output; and a changed ``getppid()`` misses wrappers between sshd and the command
+(a ForceCommand wrapper, a container's exec), which the output pipe passes through. A network that is gone is
+noticed when the host's sshd drops the connection: after ``ClientAliveInterval`` x ``ClientAliveCountMax`` where
+the hosts' sshd sets them (its defaults leave it to TCP's timeouts: minutes with output pending, hours without).
 
 It builds argv only: it never starts a process, never touches the network and never imports Qt or a framework.
 """
@@ -26,7 +40,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Final
 
-from ringscope.gui.core.launch.plan import ENV_RUN_ID, ProcessPlan, launch_env, parse_tcp_endpoint, program_words
+from ringscope.gui.core.launch.plan import ENV_RUN_ID, ProcessPlan, launch_env, program_words
 from ringscope.gui.core.launch.spec import LaunchKind, LaunchSpec
 
 ENV_HOST: Final[str] = "RINGSCOPE_HOST"  # the name ringscope.agent.devices reports as the host, when set
@@ -40,17 +54,15 @@ SSH_DEFAULTS: Final[tuple[str, ...]] = (
     "-o", "ConnectTimeout=15",
 )
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
-_LOOPBACK_NAMES: Final[frozenset[str]] = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
-# Runs on a host as ``python -c STOP_CODE RUN_ID HOST GRACE_S``: every process whose environment holds both
-# RINGSCOPE_RUN_ID=RUN_ID and RINGSCOPE_HOST=HOST gets SIGTERM, and SIGKILL if still there after GRACE_S.
+# Shared by STOP_CODE and WATCHDOG_CODE (Python that a host runs with ``python -c``): ``stop_run(run_id, host,
+# grace_s)`` sends SIGTERM to every process whose environment holds both RINGSCOPE_RUN_ID=RUN_ID and
+# RINGSCOPE_HOST=HOST, SIGKILL to those still there after GRACE_S, and returns both lists of pids.
 # By environment, not command line: torchrun's ranks do not carry the run id in their arguments, and the
 # shell that runs this code (whose command line does) must not match.
-STOP_CODE: Final[str] = """\
+_STOP_RUN_CODE: Final[str] = """\
 import os, signal, sys, time
-run_id, host, grace_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
-marks = {("RINGSCOPE_RUN_ID=" + run_id).encode(), ("RINGSCOPE_HOST=" + host).encode()}
-def members():
+def members(marks):
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != os.getpid():
@@ -67,16 +79,46 @@ def send(sig, pids):
             os.kill(pid, sig)
         except OSError:
             pass
-first = members()
-send(signal.SIGTERM, first)
-deadline = time.monotonic() + grace_s
-while members() and time.monotonic() < deadline:
-    time.sleep(0.1)
-left = members()
-send(signal.SIGKILL, left)
+def stop_run(run_id, host, grace_s):
+    marks = {("RINGSCOPE_RUN_ID=" + run_id).encode(), ("RINGSCOPE_HOST=" + host).encode()}
+    first = members(marks)
+    send(signal.SIGTERM, first)
+    deadline = time.monotonic() + grace_s
+    while members(marks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = members(marks)
+    send(signal.SIGKILL, left)
+    return first, left
+"""
+
+# Runs on a host as ``python -c STOP_CODE RUN_ID HOST GRACE_S``: ``stop_run`` once, and one line saying what it did.
+STOP_CODE: Final[str] = _STOP_RUN_CODE + """\
+run_id, host = sys.argv[1], sys.argv[2]
+first, left = stop_run(run_id, host, float(sys.argv[3]))
 print("ringscope stop on %s: %d process(es) of run %s sent SIGTERM, %d SIGKILL"
       % (host, len(first), run_id, len(left)), flush=True)
 """
+
+# Runs on a host as ``python -c WATCHDOG_CODE RUN_ID HOST GRACE_S COMMAND...``: COMMAND as a child sharing our
+# stdin/stdout/stderr (the ssh session's), our exit status its own; ``stop_run`` when the session's reader of our
+# stdout is gone (see the module docstring). poll() with no event asked reports only POLLERR/POLLHUP/POLLNVAL, and
+# the 0.1 s timeout is how soon the child's own exit is seen. After the stop the child is killed too: with several
+# commands it is an unmarked ``sh -c`` (it ends with its commands anyway; this only makes sure).
+WATCHDOG_CODE: Final[str] = _STOP_RUN_CODE + """\
+import select, subprocess
+run_id, host, grace_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
+training = subprocess.Popen(sys.argv[4:])
+session_output = select.poll()
+session_output.register(1, 0)
+while training.poll() is None:
+    if session_output.poll(100):
+        stop_run(run_id, host, grace_s)
+        training.kill()
+        break
+code = training.wait()
+sys.exit(code if code >= 0 else 128 - code)
+"""
+DISCONNECT_GRACE_S: Final[float] = 5.0  # SIGTERM to SIGKILL when the watchdog stops a run whose session is gone
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -94,7 +136,7 @@ def remote_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | No
     for index, host in enumerate(spec.hosts):
         host_env = {**base_env, ENV_HOST: host}
         commands = [(argv, {**host_env, **extra}) for argv, extra in host_commands(spec, index)]
-        remote = remote_shell_command(commands, spec.working_dir or os.getcwd())
+        remote = remote_shell_command(commands, spec.working_dir or os.getcwd(), watchdog_words(spec, host))
         plans.append(ProcessPlan(host, ssh_argv(spec, host, remote)))
     return plans
 
@@ -136,22 +178,33 @@ def host_commands(spec: LaunchSpec, index: int) -> list[tuple[list[str], dict[st
             for local in range(per_host)]
 
 
-def remote_shell_command(commands: Sequence[tuple[Sequence[str], dict[str, str]]], cwd: str) -> str:
+def remote_shell_command(commands: Sequence[tuple[Sequence[str], dict[str, str]]], cwd: str,
+                         supervisor: Sequence[str] = ()) -> str:
     """One POSIX shell line running ``commands`` in ``cwd``; its exit status is the first failing command's.
 
     One command is ``exec``'d (the remote shell disappears, its status is the command's); several run in the
-    background and are waited for in turn.
+    background and are waited for in turn. ``supervisor`` (``watchdog_words``) is ``exec``'d instead when given,
+    with the command, or a ``sh -c`` running the several, as its last arguments.
     """
-    words = [f"cd {shlex.quote(cwd)} || exit 1"]
+    change_dir = f"cd {shlex.quote(cwd)} || exit 1"
     if len(commands) == 1:
         argv, env = commands[0]
-        return f"{words[0]}; exec {_env_command(argv, env)}"
-    for number, (argv, env) in enumerate(commands):
-        words.append(f"{_env_command(argv, env)} & p{number}=$!")
+        return f"{change_dir}; exec {shlex.join([*supervisor, *_env_words(argv, env)])}"
+    words = [f"{shlex.join(_env_words(argv, env))} & p{number}=$!" for number, (argv, env) in enumerate(commands)]
     words.append("rc=0")
     words += [f"wait $p{number} || rc=$?" for number in range(len(commands))]
     words.append("exit $rc")
-    return "; ".join(words)
+    together = "; ".join(words)
+    if supervisor:
+        return f"{change_dir}; exec {shlex.join([*supervisor, 'sh', '-c', together])}"
+    return f"{change_dir}; {together}"
+
+
+def watchdog_words(spec: LaunchSpec, host: str) -> list[str]:
+    """``python -c WATCHDOG_CODE RUN_ID HOST GRACE_S``: runs its last arguments on ``host`` and stops the run there
+    when the ssh session is gone (see ``WATCHDOG_CODE``)."""
+    assert spec.run_id is not None, "a started run has a run id"
+    return [spec.python, "-c", WATCHDOG_CODE, spec.run_id, host, f"{DISCONNECT_GRACE_S:g}"]
 
 
 def ssh_argv(spec: LaunchSpec, host: str, remote_command: str) -> list[str]:
@@ -192,21 +245,6 @@ def check_host(host: object) -> str | None:
     return None
 
 
-def is_loopback_endpoint(endpoint: str) -> bool:
-    """True when ``endpoint`` names this machine's loopback (127.x, ::1, localhost): no other host can reach it."""
-    try:
-        host, _ = parse_tcp_endpoint(endpoint)
-    except ValueError:
-        return False
-    host = host.strip("[]")
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def stop_marker(spec: LaunchSpec, host: str) -> dict[str, str]:
     """The environment entries that mark ``spec``'s processes on ``host`` (what ``STOP_CODE`` looks for)."""
     return {ENV_RUN_ID: str(spec.run_id), ENV_HOST: host}
@@ -214,6 +252,5 @@ def stop_marker(spec: LaunchSpec, host: str) -> dict[str, str]:
 
 # ---- Internals ---------------------------------------------------------------------------------------------------
 
-def _env_command(argv: Sequence[str], env: dict[str, str]) -> str:
-    assignments = [f"{key}={value}" for key, value in env.items()]
-    return shlex.join(["env", *assignments, *argv])
+def _env_words(argv: Sequence[str], env: dict[str, str]) -> list[str]:
+    return ["env", *(f"{key}={value}" for key, value in env.items()), *argv]

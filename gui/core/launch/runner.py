@@ -6,16 +6,23 @@ The launcher is driven by one owner thread (the process panel's timer in the app
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ringscope.gui.core.launch.plan import build_commands
+from ringscope.agent.keys import AccessKeyError, agent_keys_from_env
+from ringscope.agent.runtime import ENV_ATTEMPT
+from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.process import ManagedProcess, StateChange
 from ringscope.gui.core.launch.remote import remote_stop_plans
+from ringscope.gui.core.launch.restart import DEFAULT_DELAY_S, FAULTS, CollectorLink, RestartPolicy
 from ringscope.gui.core.launch.spec import LaunchSpec, new_run_id
+from ringscope.gui.core.launch.supervisor import RestartSupervisor
 from ringscope.gui.core.launch.validation import validate
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S: Final[float] = 10.0
 KILL_WAIT_S: Final[float] = 5.0  # after SIGKILL, how long stop() waits for the kernel to reap
@@ -46,10 +53,13 @@ class Run:
     started_s: float = field(default_factory=time.time)
     stop_processes: list[ManagedProcess] = field(default_factory=list)
 
+    supervisor: RestartSupervisor | None = None  # a run with a restart policy: it starts each attempt
+
     @property
     def alive(self) -> bool:
-        """True while any of its processes has not ended."""
-        return any(process.alive for process in self.processes)
+        """True while any of its processes has not ended (or its supervisor may still start another attempt)."""
+        return any(process.alive for process in self.processes) or (
+            self.supervisor is not None and not self.supervisor.done)
 
     @property
     def ok(self) -> bool:
@@ -108,6 +118,9 @@ class Launcher:
         assert spec.run_id is not None
         run = Run(spec.run_id, spec)
         self._runs.append(run)
+        if spec.restart_max > 0:
+            self._supervise(run)
+            return run
         for plan in build_commands(spec, self.endpoint_for(spec), self.agent_env):
             run.processes.append(ManagedProcess(plan, spec.run_id, self.buffer_lines))
         return run
@@ -122,6 +135,12 @@ class Launcher:
     def poll(self) -> list[StateChange]:
         """Advance every process (state, forced kills whose grace has passed); returns what changed."""
         changes = []
+        for run in self._runs:
+            if run.supervisor is not None and not run.supervisor.done:
+                run.supervisor.tick()  # may stop a faulted attempt or start the next one
+                run.processes = list(run.supervisor.processes)  # the panel shows the current attempt's
+                if run.supervisor.done:
+                    run.supervisor.close(0.0)  # its threads end on their own; never wait on the owner's thread
         for process in self.processes:
             change = process.update()
             if change is not None:
@@ -141,19 +160,26 @@ class Launcher:
         clients are left to end with the remote processes and are killed only if they outlive that.
         """
         for run in self._selected(run_id):
-            if run.spec.hosts:
-                if run.alive and not run.stop_processes:
-                    self._stop_remote(run, grace_s)
-                for process in run.processes:
-                    process.request_stop(grace_s + REMOTE_STOP_MARGIN_S, None)
-                continue
-            for process in run.processes:
-                sig = signal.SIGINT if run.spec.kind == "ddp" else signal.SIGTERM
-                process.request_stop(grace_s, sig)
+            if run.supervisor is not None and not run.supervisor.done:
+                run.supervisor.request_stop()  # no further attempt; it stops the current one (_stop_processes)
+            self._stop_processes(run, run.processes, grace_s)
+
+    def _stop_processes(self, run: Run, processes: list[ManagedProcess], grace_s: float) -> None:
+        if run.spec.hosts:
+            if any(p.alive for p in processes) and not any(p.alive for p in run.stop_processes):
+                self._stop_remote(run, grace_s)
+            for process in processes:
+                process.request_stop(grace_s + REMOTE_STOP_MARGIN_S, None)
+            return
+        for process in processes:
+            sig = signal.SIGINT if run.spec.kind == "ddp" else signal.SIGTERM
+            process.request_stop(grace_s, sig)
 
     def kill(self, run_id: str | None = None) -> None:
         """SIGKILL one run (or all) now (on its hosts too: a remote stop with no grace period)."""
         for run in self._selected(run_id):
+            if run.supervisor is not None and not run.supervisor.done:
+                run.supervisor.request_stop()
             if run.spec.hosts and run.alive:
                 self._stop_remote(run, 0.0)
             for process in run.processes:
@@ -176,6 +202,36 @@ class Launcher:
         self.stop(None, grace_s)
 
     # ---- Internals -------------------------------------------------------------------------------------------
+
+    def _supervise(self, run: Run) -> None:
+        """Start ``run`` under a restart supervisor: each attempt is the spec's processes with RINGSCOPE_ATTEMPT."""
+        spec = run.spec
+        endpoint = self.endpoint_for(spec)
+
+        def start(attempt: int) -> list[ManagedProcess]:
+            env = {**self.agent_env, ENV_ATTEMPT: str(attempt)}
+            processes = [ManagedProcess(plan, run.run_id, self.buffer_lines)
+                         for plan in build_commands(spec, endpoint, env)]
+            if attempt > 1 and processes:
+                processes[0].output.append(f"ringscope: attempt {attempt} of run {run.run_id} "
+                                           f"(restart {attempt - 1} of {spec.restart_max})")
+            return processes
+
+        def say(text: str) -> None:
+            log.info("run %s: %s", run.run_id, text)
+            if run.processes:
+                run.processes[0].output.append(f"ringscope: {text}")
+
+        try:
+            keys = agent_keys_from_env(self.agent_env)
+        except AccessKeyError:
+            keys = None
+        policy = RestartPolicy(frozenset(FAULTS), spec.restart_max, DEFAULT_DELAY_S)
+        run.supervisor = RestartSupervisor(policy, run.run_id, start, link=CollectorLink(self.endpoint, keys),
+                                           stop=lambda processes, grace: self._stop_processes(run, list(processes),
+                                                                                              grace), say=say)
+        run.supervisor.tick()  # the first attempt starts now
+        run.processes = list(run.supervisor.processes)
 
     def _stop_remote(self, run: Run, grace_s: float) -> None:
         for plan in remote_stop_plans(run.spec, grace_s):

@@ -53,6 +53,8 @@ class LaunchSpec:
         ssh_key: an identity file for ``ssh -i`` (None: ssh's default keys and agent).
         ssh_options: extra ssh arguments placed before the launcher's own, e.g. ``("-F", "~/.ssh/cluster")`` or
             ``("-o", "Port=2222")``; ssh keeps the first value of an option, so these win.
+        restart_max: *Restart automatically*: 0 never; N restarts the run (same run id, next attempt) at most N
+            times when it hangs, a process fails or a rank is lost (``ringscope.gui.core.launch.restart``).
     """
 
     kind: LaunchKind = "ddp"
@@ -70,6 +72,7 @@ class LaunchSpec:
     ssh_user: str | None = None
     ssh_key: str | None = None
     ssh_options: tuple[str, ...] = ()
+    restart_max: int = 0
 
     @property
     def framework(self) -> Framework | None:
@@ -139,6 +142,7 @@ class LaunchSpec:
                 ssh_user=None if data.get("ssh_user") in (None, "") else str(data["ssh_user"]),
                 ssh_key=None if data.get("ssh_key") in (None, "") else str(data["ssh_key"]),
                 ssh_options=tuple(str(option) for option in data.get("ssh_options") or ()),
+                restart_max=max(0, int(data.get("restart_max") or 0)),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"saved launch is malformed ({error}); it will be ignored") from error

@@ -16,9 +16,10 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from ringscope.gui.core.launch.endpoints import is_loopback_endpoint, parse_tcp_endpoint, port_in_use
 from ringscope.gui.core.launch.options import check_combination, check_option
-from ringscope.gui.core.launch.plan import LAUNCHER_ENV_KEYS, REFERENCE_MODULES, parse_tcp_endpoint, port_in_use
-from ringscope.gui.core.launch.remote import MAX_HOSTS, MULTI_NODE_KINDS, check_host, is_loopback_endpoint
+from ringscope.gui.core.launch.plan import LAUNCHER_ENV_KEYS, REFERENCE_MODULES
+from ringscope.gui.core.launch.remote import MAX_HOSTS, MULTI_NODE_KINDS, check_host
 from ringscope.gui.core.launch.spec import KIND_TITLES, KINDS, MAX_PROCESSES, LaunchSpec, parse_env_lines
 
 _FRAMEWORK_MODULE = {"ddp": "torch", "tf_mirrored": "tensorflow", "tf_multi_worker": "tensorflow"}

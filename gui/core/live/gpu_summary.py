@@ -14,9 +14,10 @@ from typing import Final
 
 import numpy as np
 
+from ringscope.gui.core.analysis.quantiles import column_percentiles
 from ringscope.gui.core.live.snapshot import GpuSeries, GpuSummary
 
-__all__ = ["EVERY_S", "SUMMARY_ABOVE", "WINDOW_S", "GpuSummary", "bin_series", "column_percentiles", "summarize"]
+__all__ = ["EVERY_S", "SUMMARY_ABOVE", "WINDOW_S", "GpuSummary", "bin_series", "summarize"]
 
 WINDOW_S: Final[int] = 120
 """Seconds of GPU utilization the window's series chart shows, in 1 s bins."""
@@ -64,21 +65,3 @@ def bin_series(series: list[tuple[np.ndarray, np.ndarray]], now: float) -> np.nd
     counts = np.bincount(flat, minlength=size)
     with np.errstate(all="ignore"):
         return (sums / counts).reshape(len(series), WINDOW_S)
-
-
-def column_percentiles(values: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
-    """Per-column quantiles of a rows x time matrix ignoring NaN (NaN where a column is empty).
-
-    Sorting once and indexing is ~10x faster than ``np.nanpercentile`` on 1024 x 300.
-    """
-    if values.size == 0:
-        return np.full((len(quantiles), values.shape[1] if values.ndim == 2 else 0), np.nan)
-    ordered = np.sort(values, axis=0)  # NaN sort to the end
-    counts = np.sum(~np.isnan(values), axis=0)
-    out = np.full((len(quantiles), values.shape[1]), np.nan)
-    has = counts > 0
-    cols = np.flatnonzero(has)
-    for i, q in enumerate(quantiles):
-        rows = np.floor(q * (counts[has] - 1) + 0.5).astype(np.int64)
-        out[i, has] = ordered[rows, cols]
-    return out

@@ -1,9 +1,9 @@
 """Reopening a recording: the runs of a session file as ``LiveRuns``, so the window shows them as it showed them live.
 
-What it owns: turning a ``SessionData`` (``ringscope.gui.core.ingest.session.load``) into one filled ``LiveStore`` per
-run —
-steps loaded vectorized (``LiveStore.load_steps``), the last readings of every GPU and host, identities and events —
-with each run's recorded state and end (``ringscope.gui.core.analysis.runs.runs_of``) frozen in place.
+What it owns: turning a ``SessionData`` (``ringscope.gui.core.ingest.session_reader.load``) into one filled
+``LiveStore`` per run — steps loaded vectorized (``LiveStore.load_steps``), the last readings of every GPU and host,
+identities and events — with each run's recorded state and end (``ringscope.gui.core.analysis.runs.runs_of``)
+frozen in place.
 
 What it must never do: import Qt, change the file, or re-decide a recorded run's state from today's clock.
 """

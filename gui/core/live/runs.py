@@ -2,8 +2,8 @@
 
 What it owns: the routing of every agent's records to the store of the run its Hello names (so a DDP demo and a
 MirroredStrategy run launched after it never mix), each run's lifecycle state (``ringscope.gui.core.analysis.runs``'s
-one
-rule, fed with the agents' goodbyes, their silence and the launcher's word), and the rows of the window's runs table.
+one rule, fed with the agents' goodbyes, their silence and the launcher's word), and the runs table: what a row reads
+of a run is copied under the lock, the row is built from the copy (``ringscope.gui.core.live.run_rows``).
 
 What it must never do: import Qt, raise out of a sink method (they run on the collector thread), or grow without
 bound: at most ``max_runs`` stores are kept (the oldest ended run's store is released first; its row stays, and
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from ringscope.agent.control import AttemptNote
 from ringscope.agent.schema import Event, EventKind, Heartbeat, Hello, Step
 from ringscope.agent.wire import Batch
 from ringscope.gui.core.analysis.hang import MIN_THRESHOLD_S, HangVerdict, RankPosition, judge_hang
@@ -34,8 +35,10 @@ from ringscope.gui.core.analysis.runs import (
     RunInfo,
     decide_state,
 )
+from ringscope.gui.core.ingest.clocks import ClockAligner
 from ringscope.gui.core.ingest.sink import Gap, Rejection
-from ringscope.gui.core.ingest.transit import ClockAligner
+from ringscope.gui.core.live.goodput_meter import GoodputMeter
+from ringscope.gui.core.live.run_rows import RowFacts, RunRow, build_row
 from ringscope.gui.core.live.store import LiveStore
 
 log = logging.getLogger(__name__)
@@ -75,62 +78,26 @@ class _Run:
     last_message_s: float = -math.inf
     world_size: int = 0
     hosts: set[str] = field(default_factory=set)
+    decided_attempt: int = 0  # the attempt ``state`` was last decided for
+    attempt: int = 1  # the latest attempt (start) of the run an agent said it belongs to (``Hello.attempt``)
+    attempt_notes: list[AttemptNote] = field(default_factory=list)  # what a restart supervisor said
+    meter: GoodputMeter = field(default_factory=GoodputMeter)
 
     def join(self, agent_id: str, hello: Hello) -> None:
-        """An agent's Hello (first or repeated)."""
+        """An agent's Hello (first or repeated). An agent of a newer attempt starts that attempt: the earlier
+        attempts' agents no longer decide the run's state, and the no-step clock of hang detection restarts."""
+        attempt = hello.attempt or 1
+        if attempt > self.attempt:
+            self.attempt = attempt
+            self.last_step_recv_s = math.nan
+            self.positions.clear()
+            self.rank_agent.clear()
+            self.hang = None
+        self.meter.joined(attempt, hello.started_s)
         self.agents[agent_id] = hello
         self.started_s = min(self.started_s, hello.started_s)
         self.world_size = max(self.world_size, hello.world_size)
         self.hosts.add(hello.host)
-
-
-@dataclass(frozen=True, slots=True)
-class _RowFacts:
-    """A copy of what a runs-table row reads of a ``_Run``, taken under ``LiveRuns._lock``: the row itself is built
-    outside it, while the collector thread goes on adding agents and messages to the run."""
-
-    run_id: str
-    first_hello: Hello
-    started_s: float
-    world_size: int
-    hosts: int
-    last_message_s: float
-    state: str
-    ended_s: float
-    launch: LaunchOutcome | None
-    recorded: bool
-    store: LiveStore | None
-    frozen: RunRow | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunRow:
-    """One row of the window's runs table. Money and rates are ``NaN`` when unknown."""
-
-    run_id: str
-    framework: str
-    strategy: str
-    world_size: int
-    ranks: int
-    hosts: int
-    state: str
-    started_s: float
-    ended_s: float
-    duration_s: float
-    priced_s: float  # seconds of this run that cost money so far: up to its last message, or to its end
-    steps: int
-    samples_per_s: float
-    steps_per_s: float
-    idle_share: float
-    devices: int
-    device_unit: str  # "GPU" or "rank" (CPU-only runs are priced per rank)
-    exit_code: int | None
-    in_memory: bool
-
-    def cost(self, price_per_device_hour: float) -> float:
-        """What the run cost so far at this price: devices x priced time. Priced up to the last message while the
-        run goes and up to its end afterwards, so it never decreases."""
-        return self.devices * self.priced_s / 3600.0 * price_per_device_hour
 
 
 class LiveRuns:
@@ -297,6 +264,8 @@ class LiveRuns:
                     run.state = new
                     self._version += 1
                     changes.append((run.run_id, old, new))
+                    if new == HUNG:
+                        run.meter.hung(run.attempt, now)
                 # A run is over when its state says so, except a lost run whose other ranks still send: it goes
                 # on (its figures keep moving) until they too finish or fall silent.
                 over = new in ENDED_STATES and not (new == LOST and self._others_alive(run, now))
@@ -322,7 +291,7 @@ class LiveRuns:
             self.refresh(now)
         with self._lock:  # the collector thread adds agents and messages: copy what a row reads, under the lock
             facts = [self._facts(run) for run in self._runs.values()]
-        return [self._row(run, now) for run in facts]
+        return [build_row(run, now) for run in facts]
 
     # ---- Internals -----------------------------------------------------------------------------------------------
 
@@ -362,16 +331,22 @@ class LiveRuns:
     def _note(self, run: _Run, batch: Batch, recv_s: float) -> None:
         run.last_seen[batch.agent_id] = recv_s
         run.last_message_s = max(run.last_message_s, recv_s)
+        hello = run.agents.get(batch.agent_id)
+        attempt = (hello.attempt or 1) if hello is not None else run.attempt
         for record in batch.records:
             if isinstance(record, Step):
                 run.last_step_recv_s = recv_s
+                run.meter.step(attempt, record)
             elif isinstance(record, Heartbeat):
                 run.positions[record.rank] = RankPosition(record.rank, record.phase, record.since_s, record.step,
                                                           record.bucket, recv_s, record.stack or _kept_stack(
                                                               run.positions.get(record.rank), record))
                 run.rank_agent[record.rank] = batch.agent_id
-            elif isinstance(record, Event) and record.event == EventKind.FINISHED:
-                run.finished.add(batch.agent_id)
+            elif isinstance(record, Event):
+                if record.event == EventKind.FINISHED:
+                    run.finished.add(batch.agent_id)
+                else:
+                    run.meter.event(attempt, record)
 
     def _store_of_agent(self, agent_id: str) -> LiveStore | None:
         with self._lock:
@@ -380,9 +355,9 @@ class LiveRuns:
             return run.store if run is not None else None
 
     def _decide(self, run: _Run, now: float) -> str:
-        agents = list(run.agents)
-        silent = sum(1 for a in agents if a not in run.finished
-                     and now - run.last_seen.get(a, run.agents[a].started_s) > self._lost_timeout_s)
+        agents = _current_agents(run)
+        silent = len(self._silent(run, agents, now))
+        run.decided_attempt = run.attempt
         if run.stop_requested and run.launch is None:
             silent = 0  # stopping: ranks go quiet before the launcher has seen every process exit
         run.hang = self._judge_hang(run, now) if not silent and len(run.finished) < len(agents) else None
@@ -407,6 +382,40 @@ class LiveRuns:
             run = self._runs.get(run_id)
             return run.hang if run is not None and run.state == HUNG else None
 
+    def on_attempt(self, run_id: str, note: AttemptNote) -> None:
+        """A restart supervisor's word on an attempt of a run (collector thread; ``IngestSink`` hook)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None:
+                run.attempt_notes.append(note)
+                run.meter.note(note)
+                self._version += 1
+
+    def run_status(self, run_id: str) -> dict[str, object] | None:
+        """How the run stands now, for a restart supervisor (``status`` requests; any thread): its state, the attempt
+        that state is about, its live agents, the hang verdict in words, the ranks that fell silent. None when no
+        agent of the run said hello."""
+        now = time.time()
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return None
+            agents = _current_agents(run)
+            # the watcher's last verdict, unless it was about an earlier attempt: a new attempt is running until
+            # the next refresh decides otherwise (it must never inherit the verdict on the one it replaced)
+            state = run.state if run.recorded or run.decided_attempt == run.attempt else RUNNING
+            hang = run.hang.summary(now) if run.hang is not None and state == HUNG else None
+            lost = sorted({r for a in self._silent(run, agents, now) for r in run.agents[a].ranks}) \
+                if state == LOST else []
+            return {"state": state, "attempt": run.attempt, "agents": len(agents),
+                    "finished": len(run.finished & set(agents)), "lost_ranks": lost, "hang": hang,
+                    "stepped": math.isfinite(run.last_step_recv_s)}
+
+    def _silent(self, run: _Run, agents: list[str], now: float) -> list[str]:
+        """Of ``agents``, those without a goodbye that sent nothing for longer than the lost timeout."""
+        return [a for a in agents if a not in run.finished
+                and now - run.last_seen.get(a, run.agents[a].started_s) > self._lost_timeout_s]
+
     def agent_of_rank(self, run_id: str, rank: int) -> str | None:
         """The agent id that reports ``rank`` in a run (for events about that rank), or None."""
         with self._lock:
@@ -416,7 +425,7 @@ class LiveRuns:
     def _others_alive(self, run: _Run, now: float) -> bool:
         """Whether some agent of the run still sends (not finished, heard within the lost timeout)."""
         return any(agent not in run.finished and now - run.last_seen.get(agent, -math.inf) <= self._lost_timeout_s
-                   for agent in run.agents)
+                   for agent in _current_agents(run))
 
     def _end_time(self, run: _Run, now: float) -> float:
         """When an ended run stopped costing: its last message, or the launcher's exit time, whichever is later.
@@ -441,41 +450,24 @@ class LiveRuns:
                 if run.state not in ENDED_STATES:  # every rank said goodbye since the last refresh: say so now
                     run.state = FINISHED
                     run.ended_s = self._end_time(run, now)
-                run.frozen = replace(self._row(self._facts(run), now), in_memory=False)
+                run.frozen = replace(build_row(self._facts(run), now), in_memory=False)
                 run.store = None
                 log.info("run %s released from memory (more than %d runs); its recording keeps it",
                          run.run_id, self._max_runs)
 
-    def _facts(self, run: _Run) -> _RowFacts:
-        """What ``_row`` reads of a run's book-keeping, copied (call with the lock held)."""
-        return _RowFacts(run.run_id, run.first_hello, run.started_s, run.world_size, len(run.hosts),
+    def _facts(self, run: _Run) -> RowFacts:
+        """What ``build_row`` reads of a run's book-keeping, copied (call with the lock held)."""
+        return RowFacts(run.run_id, run.first_hello, run.started_s, run.world_size, len(run.hosts),
                          self._last_message(run), run.state, run.ended_s, run.launch, run.recorded, run.store,
-                         run.frozen)
+                         run.frozen, run.attempt,
+                         tuple(n.reason for n in run.attempt_notes if n.event == "ended" and n.attempt < run.attempt),
+                         run.meter.goodput(max(run.world_size, len(run.rank_agent), 1),
+                                           run.ended_s if math.isfinite(run.ended_s) else self._last_message(run)))
 
-    @staticmethod
-    def _row(run: _RowFacts, now: float) -> RunRow:
-        """A runs-table row; the store's snapshot is taken here, outside ``LiveRuns._lock``."""
-        if run.store is None and run.frozen is not None:
-            return run.frozen
-        hello = run.first_hello
-        snap = run.store.recent_snapshot(now) if run.store is not None else None
-        started = run.started_s
-        ended = run.ended_s
-        if run.recorded and not math.isfinite(ended) and snap is not None:
-            now = snap.latest_end_s if math.isfinite(snap.latest_end_s) else now  # a recording's "now" is its end
-        duration = max(0.0, (ended if math.isfinite(ended) else now) - started)
-        priced = max(0.0, (ended if math.isfinite(ended) else run.last_message_s) - started)
-        ranks = len(snap.ranks) if snap is not None else 0
-        gpus = len(snap.gpus) if snap is not None else 0
-        return RunRow(
-            run_id=run.run_id, framework=hello.framework, strategy=hello.strategy,
-            world_size=max(run.world_size, ranks), ranks=ranks, hosts=run.hosts, state=run.state, started_s=started,
-            ended_s=ended, duration_s=duration, priced_s=priced, steps=snap.steps_total if snap is not None else 0,
-            samples_per_s=snap.samples_per_s if snap is not None else math.nan,
-            steps_per_s=snap.steps_per_s if snap is not None else math.nan,
-            idle_share=snap.idle_share if snap is not None else math.nan,
-            devices=max(gpus, ranks), device_unit="GPU" if gpus else "rank",
-            exit_code=run.launch.exit_code if run.launch is not None else None, in_memory=run.store is not None)
+
+def _current_agents(run: _Run) -> list[str]:
+    """The agents of the run's latest attempt (all of them when no agent names an attempt)."""
+    return [agent for agent, hello in run.agents.items() if (hello.attempt or 1) == run.attempt]
 
 
 def _kept_stack(previous: RankPosition | None, beat: Heartbeat) -> str | None:

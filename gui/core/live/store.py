@@ -5,12 +5,14 @@ columns), per-GPU and per-host series, the ranks-table state (running / lost / f
 ingest rates, and a cheap live straggler / idle-cause heuristic (the full analysis lives in
 ``ringscope.gui.core.analysis.summary``).
 
-The ``Snapshot`` type and the heuristics that build it from the store's copy live in
-``ringscope.gui.core.live.snapshot``
-(re-exported here); the GPU / host rings live in ``ringscope.gui.core.live.device_series`` (``DeviceSeries``, guarded
-by this
-store's lock). Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU /
-host series that received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
+This module holds the store itself: ingest (the sink methods), the per-rank rings of recent steps and figures, the
+agents' book-keeping, the counters and the frame copy. Its parts live beside it, each guarded by this store's lock:
+the time-bucket ring with its merging (``ringscope.gui.core.live.time_buckets``), the recycled heat-map frame copies
+(``ringscope.gui.core.live.heat_pool``), the bulk reload of a recording's steps and the export of the recent ones
+(``ringscope.gui.core.live.step_columns``), and the GPU / host rings (``ringscope.gui.core.live.device_series``). The
+``Snapshot`` type and the heuristics that build it from the store's copy live in ``ringscope.gui.core.live.snapshot``.
+Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host series that
+received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
 
 What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
 (``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import threading
 import time
 from collections import deque
@@ -35,6 +36,7 @@ from ringscope.agent.wire import Batch
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 from ringscope.gui.core.live import gpu_summary
 from ringscope.gui.core.live.device_series import DeviceSeries
+from ringscope.gui.core.live.heat_pool import HeatPool
 from ringscope.gui.core.live.snapshot import (
     PHASES,
     STATE_FINISHED,
@@ -49,26 +51,27 @@ from ringscope.gui.core.live.snapshot import (
     find_live_straggler,
     readonly,
 )
-from ringscope.gui.core.session_data import Columns, SessionData, empty_columns
+from ringscope.gui.core.live.step_columns import (
+    RECENT_FIELDS,
+    fitting_ranks,
+    health_columns,
+    load_recent,
+    recent_columns,
+)
+from ringscope.gui.core.live.time_buckets import HEAT, TimeBuckets
+from ringscope.gui.core.session_data import Columns, SessionData
 
 __all__ = ["PHASES", "STATE_FINISHED", "STATE_LOST", "STATE_RUNNING", "GpuSeries", "HostState", "LiveStore",
            "LiveStraggler", "Snapshot", "find_live_straggler"]
 
 log = logging.getLogger(__name__)
 
-_RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_exposed_s", "samples", "loss")
-_HEAT: Final = ("data_wait_s", "comm_exposed_s")  # the per-rank shares the views show as heat maps
-_BUCKET_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
-                       "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
-_HEAT_POOL: Final = 8  # recycled frame copies per heat matrix: the window keeps ~6 snapshots alive (views, cache)
 MAX_RANKS: Final[int] = 8192
 """Ranks one store shows; records of further ranks are counted (``records_beyond_rank_cap``), not kept: a message
 naming 65 536 ranks must not cost the window gigabytes (each rank holds ~40 KB of history). The recording has
 them all."""
 STRAGGLER_EVERY_S: Final[float] = 0.25
 """How often frames re-judge the straggler (between, a frame shows the last verdict)."""
-MAX_BUCKET_S: Final[float] = 4096.0
-"""Widest bucket a run's history is merged into; beyond that the oldest buckets leave the ring (weeks-long runs)."""
 
 
 class LiveStore:
@@ -92,12 +95,10 @@ class LiveStore:
             raise ValueError(f"LiveStore: need bucket_s > 0 (got {bucket_s}), buckets >= 2 (got {buckets}), "
                              f"1 <= recent_window ({recent_window}) <= recent_steps ({recent_steps})")
         self.lost_timeout_s = float(lost_timeout_s)
-        self.bucket_s = float(bucket_s)
         self.run_id = run_id
         self._max_ranks = max_ranks
         self._ended: tuple[str, float] | None = None  # (run state, when) once the run is over
         self._straggler_judged_s = -math.inf
-        self._T = buckets
         self._R = recent_steps
         self._K = recent_window
         self._lock = threading.Lock()
@@ -110,30 +111,14 @@ class LiveStore:
         self._rank_arr = np.zeros(0, np.int64)
         self._rank: dict[str, np.ndarray] = {}
         self._recent: dict[str, np.ndarray] = {}
-        self._sums: dict[str, np.ndarray] = {}
         self._rank_hosts: list[str] = []
-        self._heat: dict[str, np.ndarray] = {}
+        self._buckets = TimeBuckets(buckets, bucket_s)
+        self._heat_pool = HeatPool(HEAT, buckets)
         self._grow(8)  # doubles as ranks appear: a store costs ~0.3 MB until it has ranks to show
-        # Derived per-cell figures (mean step, phase shares) are kept up to date column by column: only the
-        # columns written since the last snapshot are recomputed, so a frame costs O(ranks), not O(ranks x T).
-        self._heat = {name: np.full((self._cap, buckets), np.nan, np.float32) for name in _HEAT}
-        self._cluster: dict[str, np.ndarray] = {name: np.full(buckets, np.nan) for name in ("step", *PHASES)}
-        self._dirty_cols: set[int] = set()
-        # Each column's contents get a new stamp whenever they change, so a view can redo only those columns.
-        self._col_stamp = np.zeros(buckets, np.int64)
-        self._stamp = 0
-        # A fresh 1 MB frame copy costs ~300 page faults (~1 ms each matrix, 4 a frame); snapshots nobody holds
-        # any more give their buffers back (see _heat_buffer).
-        self._heat_pool: dict[str, list[np.ndarray]] = {name: [] for name in _HEAT}
         self._hosts_version = 0
         self._hosts_cache: tuple[tuple[int, int], tuple[str, ...]] | None = None
         self._loss_version = 0
         self._loss_cache: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._col_abs = np.full(buckets, -1, np.int64)  # which absolute bucket each column holds
-        self._head_abs = -1
-        self._first_abs = -1  # the run's earliest bucket that holds a step (-1 before the first)
-        self._bucket_samples = np.zeros(buckets)
-        self._bucket_steps = np.zeros(buckets)
         # per agent / host / gpu
         self._agents: dict[str, Hello] = {}
         self._agent_ranks: dict[str, set[int]] = {}
@@ -221,6 +206,11 @@ class LiveStore:
         """Incremented on every change; a view can skip work when it has not moved."""
         return self._version
 
+    @property
+    def bucket_s(self) -> float:
+        """The width of one time bucket now, seconds (it doubles as the run outgrows the ring)."""
+        return self._buckets.bucket_s
+
     def snapshot(self, now_s: float | None = None) -> Snapshot:
         """An immutable view for one frame. Reuses the previous one when nothing changed in the last 0.2 s."""
         now = time.time() if now_s is None else now_s
@@ -276,17 +266,11 @@ class LiveStore:
     def to_session_data(self) -> SessionData:
         """What the store holds as a ``SessionData`` (recent steps only) for live cost and analysis."""
         with self._lock:
-            steps = self._steps_columns_locked()
-            gpu = self._devices.gpu_columns()
-            host = self._devices.host_columns()
-            health = empty_columns("health")
-            if self._health:
-                rows = list(self._health.values())
-                health = {name: np.array([np.nan if getattr(h, name) is None else float(getattr(h, name))
-                                          for h in rows]) for name in health}
+            steps = recent_columns(self._rank_arr, self._recent, self._rows)
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
-            return SessionData(agents=list(self._agents.values()), steps=steps, gpu=gpu, host=host,
-                               health=health, events=list(self._events), counters=counters, source="live")
+            return SessionData(agents=list(self._agents.values()), steps=steps, gpu=self._devices.gpu_columns(),
+                               host=self._devices.host_columns(), health=health_columns(list(self._health.values())),
+                               events=list(self._events), counters=counters, source="live")
 
     # ---- Bulk load (a reopened recording) ------------------------------------------------------------------------
 
@@ -304,22 +288,22 @@ class LiveStore:
             order = np.argsort(steps["end_s"], kind="stable")
             cols = {name: np.asarray(column)[order] for name, column in steps.items()}
             ranks = cols["rank"].astype(np.int64)
-            fits = self._fitting_ranks(ranks)
+            fits = fitting_ranks(ranks, self._row_of.keys(), self._max_ranks - self._rows)
             if not fits.all():
                 self._counters["records_beyond_rank_cap"] += int((~fits).sum())
                 cols = {name: column[fits] for name, column in cols.items()}
                 ranks, count = ranks[fits], int(fits.sum())
             end = cols["end_s"].astype(np.float64)
-            rows = self._rows_for(ranks)
+            unique, inverse = np.unique(ranks, return_inverse=True)
+            rows = np.array([self._row(int(r)) for r in unique.tolist()], dtype=np.int64)[inverse]
             self._version += 1
-            self._load_recent_locked(rows, cols)
+            load_recent(self._recent, self._rank, rows, cols)
             first_batch = np.nan_to_num(cols["first_batch"].astype(np.float64), nan=0.0) > 0
             steady = ~first_batch & np.isfinite(end)
-            if self._first_abs < 0 and steady.any():
-                span = float(end[steady].max() - end[steady].min())
-                while span / self.bucket_s >= self._T - 1 and self.bucket_s * 2 <= MAX_BUCKET_S:
-                    self.bucket_s *= 2
-            self._load_buckets_locked(rows[steady], end[steady], {n: cols[n][steady] for n in cols})
+            if steady.any():
+                self._buckets.widen_to(float(end[steady].max() - end[steady].min()))
+            self._counters["late_steps"] += self._buckets.load(rows[steady], end[steady],
+                                                               {n: cols[n][steady] for n in cols})
             self._steps_total += count
             ring = self._end_ring
             tail = end[-ring.size:]
@@ -332,75 +316,6 @@ class LiveStore:
                 if mine.any():
                     seen = (last_seen_s or {}).get(rank, float(np.nanmax(end[mine])))
                     self._rank["last_seen_s"][row] = seen
-
-    def _fitting_ranks(self, ranks: np.ndarray) -> np.ndarray:
-        """Which of these steps' ranks have, or can still get, a row (the rank cap)."""
-        new = [int(r) for r in np.unique(ranks).tolist() if int(r) not in self._row_of]
-        room = max(0, self._max_ranks - self._rows)
-        allowed = set(self._row_of) | set(new[:room])
-        return np.isin(ranks, np.fromiter(allowed, np.int64, len(allowed)))
-
-    def _rows_for(self, ranks: np.ndarray) -> np.ndarray:
-        unique, inverse = np.unique(ranks, return_inverse=True)
-        return np.array([self._row(int(r)) for r in unique.tolist()], dtype=np.int64)[inverse]
-
-    def _load_recent_locked(self, rows: np.ndarray, cols: Columns) -> None:
-        """Each rank's last ``recent_steps`` steps into its ring, in step order, as ``_take_step`` would."""
-        order = np.lexsort((cols["step"], rows))
-        rows_sorted = rows[order]
-        starts = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
-        sizes = np.diff(np.r_[starts, rows_sorted.size])
-        recent = self._recent
-        for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
-            row = int(rows_sorted[start])
-            before = int(self._rank["count"][row])
-            take = order[start + max(0, size - self._R): start + size]
-            slots = (before + max(0, size - self._R) + np.arange(take.size)) % self._R
-            recent["step"][row, slots] = cols["step"][take].astype(np.int64)
-            recent["end_s"][row, slots] = cols["end_s"][take]
-            recent["first_batch"][row, slots] = np.nan_to_num(cols["first_batch"][take].astype(np.float64)) > 0
-            for name in _RECENT_FIELDS:
-                recent[name][row, slots] = cols[name][take].astype(np.float64)
-            self._rank["count"][row] = before + size
-            samples = cols["samples"][order[start:start + size]].astype(np.float64)
-            if not np.isnan(samples).all():
-                self._rank["samples"][row] = np.nan_to_num(self._rank["samples"][row]) + float(np.nansum(samples))
-            self._rank["current_step"][row] = float(np.nanmax(cols["step"][order[start:start + size]]))
-
-    def _load_buckets_locked(self, rows: np.ndarray, end: np.ndarray, cols: Columns) -> None:
-        if not rows.size:
-            return
-        b = np.floor(end / self.bucket_s).astype(np.int64)
-        head = int(b.max())
-        if head > self._head_abs:
-            first = max(self._head_abs + 1, head - self._T + 1)
-            new = np.arange(first, head + 1) % self._T
-            for array in self._sums.values():
-                array[:, new] = 0.0
-            self._bucket_samples[new] = 0.0
-            self._bucket_steps[new] = 0.0
-            self._col_abs[new] = np.arange(first, head + 1)
-            self._head_abs = head
-        col = b % self._T
-        kept = self._col_abs[col] == b
-        self._counters["late_steps"] += int((~kept).sum())
-        rows, col, b = rows[kept], col[kept], b[kept]
-        if not rows.size:
-            return
-        self._first_abs = int(b.min()) if self._first_abs < 0 else min(self._first_abs, int(b.min()))
-        sums = self._sums
-        np.add.at(sums["n"], (rows, col), 1.0)
-        np.add.at(sums["step_s"], (rows, col), cols["step_s"][kept].astype(np.float64))
-        for name in ("data_wait_s", "compute_s", "comm_exposed_s"):
-            values = cols[name][kept].astype(np.float64)
-            have = ~np.isnan(values)
-            np.add.at(sums[name], (rows[have], col[have]), values[have])
-            np.add.at(sums["n_" + name], (rows[have], col[have]), 1.0)
-        np.add.at(self._bucket_steps, col, 1.0)
-        samples = cols["samples"][kept].astype(np.float64)
-        have = ~np.isnan(samples)
-        np.add.at(self._bucket_samples, col[have], samples[have])
-        self._dirty_cols.update(np.unique(col).tolist())
 
     # ---- Ingest --------------------------------------------------------------------------------------------------
 
@@ -464,76 +379,16 @@ class LiveStore:
         recent["step"][row, slot] = s.step
         recent["end_s"][row, slot] = s.end_s
         recent["first_batch"][row, slot] = s.first_batch
-        for name in _RECENT_FIELDS:
+        for name in RECENT_FIELDS:
             value = getattr(s, name)
             recent[name][row, slot] = np.nan if value is None else value
         self._end_ring[self._steps_total % self._end_ring.size] = s.end_s
         self._steps_total += 1
         if not s.end_s <= self._latest_end_s:
             self._latest_end_s = s.end_s
-        if not s.first_batch:  # start-up data waits stay out of the steady-state pictures
-            self._bucket_add(row, s)
-
-    def _bucket_add(self, row: int, s: Step) -> None:
-        b = math.floor(s.end_s / self.bucket_s)
-        while self._first_abs >= 0 and b - self._first_abs >= self._T and self.bucket_s * 2 <= MAX_BUCKET_S:
-            self._merge_buckets_locked()  # the run outgrew the ring: halve the resolution, keep the whole run
-            b = math.floor(s.end_s / self.bucket_s)
-        if b > self._head_abs:
-            first = max(self._head_abs + 1, b - self._T + 1)
-            cols = np.arange(first, b + 1) % self._T
-            for array in self._sums.values():
-                array[:, cols] = 0.0
-            self._bucket_samples[cols] = 0.0
-            self._bucket_steps[cols] = 0.0
-            self._col_abs[cols] = np.arange(first, b + 1)
-            self._dirty_cols.update(cols.tolist())
-            self._head_abs = b
-        col = b % self._T
-        if self._col_abs[col] != b:
+        # start-up data waits stay out of the steady-state pictures
+        if not s.first_batch and not self._buckets.add(row, s):
             self._counters["late_steps"] += 1  # older than the kept history
-            return
-        if self._first_abs < 0 or b < self._first_abs:
-            self._first_abs = b
-        sums = self._sums
-        self._dirty_cols.add(col)
-        sums["n"][row, col] += 1
-        sums["step_s"][row, col] += s.step_s
-        for name in ("data_wait_s", "compute_s", "comm_exposed_s"):
-            value = getattr(s, name)
-            if value is not None:
-                sums[name][row, col] += value
-                sums["n_" + name][row, col] += 1
-        self._bucket_steps[col] += 1
-        if s.samples is not None:
-            self._bucket_samples[col] += s.samples
-
-    def _merge_buckets_locked(self) -> None:
-        """Double the bucket width: bucket ``a`` of the old width becomes bucket ``a // 2`` of the new one."""
-        valid = np.flatnonzero(self._col_abs >= 0)
-        new_abs = self._col_abs[valid] // 2
-        new_cols = new_abs % self._T
-        for name, array in self._sums.items():
-            merged = np.zeros_like(array)
-            np.add.at(merged, (slice(None), new_cols), array[:, valid])  # type: ignore[arg-type]
-            self._sums[name] = merged
-        for name in ("_bucket_samples", "_bucket_steps"):
-            old = getattr(self, name)
-            merged = np.zeros_like(old)
-            np.add.at(merged, new_cols, old[valid])
-            setattr(self, name, merged)
-        self._head_abs //= 2
-        # the ring holds the T buckets up to the head, as after any advance (the ones before the run stay empty)
-        self._col_abs = np.full(self._T, -1, np.int64)
-        window = np.arange(self._head_abs - self._T + 1, self._head_abs + 1)
-        self._col_abs[window % self._T] = window
-        self._first_abs //= 2
-        self.bucket_s *= 2
-        for array in self._heat.values():
-            array[:] = np.nan
-        for array in self._cluster.values():
-            array[:] = np.nan
-        self._dirty_cols.update(range(self._T))  # every column moved: the views redraw them all
 
     def _count_second(self, recv_s: float) -> None:
         sec = int(recv_s)
@@ -569,18 +424,16 @@ class LiveStore:
         if self._cap == 0:
             self._rank = {name: np.full(0, np.nan) for name in ("last_seen_s", "current_step", "finished", "count",
                                                                  "samples")}
-            self._recent = {name: np.full((0, self._R), np.nan, np.float32) for name in _RECENT_FIELDS}
+            self._recent = {name: np.full((0, self._R), np.nan, np.float32) for name in RECENT_FIELDS}
             self._recent["step"] = np.full((0, self._R), -1, np.int64)
             self._recent["end_s"] = np.full((0, self._R), np.nan)
             self._recent["first_batch"] = np.zeros((0, self._R), bool)
-            self._sums = {name: np.zeros((0, self._T), np.float32) for name in _BUCKET_SUMS}
         self._rank_arr = grown(self._rank_arr, 0)
         self._rank = {name: grown(a, 0.0 if name in ("finished", "count") else np.nan) for name, a in
                       self._rank.items()}
         self._recent = {name: grown(a, -1 if a.dtype == np.int64 else (0 if a.dtype == bool else np.nan))
                         for name, a in self._recent.items()}
-        self._sums = {name: grown(a, 0.0) for name, a in self._sums.items()}
-        self._heat = {name: grown(a, np.nan) for name, a in self._heat.items()}
+        self._buckets.grow(cap)
         self._rank_hosts.extend(["?"] * (cap - len(self._rank_hosts)))
         self._cap = cap
 
@@ -588,7 +441,8 @@ class LiveStore:
 
     def _copy_locked(self) -> dict[str, Any]:
         n = self._rows
-        self._refresh_heat_locked()
+        buckets = self._buckets
+        buckets.refresh(n)
         order = np.argsort(self._rank_arr[:n], kind="stable")
         rows: Any = slice(0, n) if np.array_equal(order, np.arange(n)) else order  # arrival order is usually sorted
         count = self._rank["count"][rows].astype(np.int64)
@@ -599,8 +453,7 @@ class LiveStore:
         valid = back < count[:, None]
         recent = {name: self._recent[name].reshape(-1).take(flat).reshape(n, self._K)
                   for name in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s", "first_batch")}
-        cols = (np.arange(self._T) + self._head_abs + 1) % self._T  # oldest bucket first
-        split = (self._head_abs + 1) % self._T
+        split = buckets.split
         ranks = self._rank_arr[rows].copy()
         gpus, hosts = self._devices.frame()
         drops, gaps = self._losses_locked(ranks)
@@ -609,74 +462,22 @@ class LiveStore:
             # rows may be a slice: copy, or the frame's arrays would keep changing under the views
             "last_seen_s": self._rank["last_seen_s"][rows].copy(), "finished": self._rank["finished"][rows].copy(),
             "current_step": self._rank["current_step"][rows].copy(), "recent": recent, "valid": valid,
-            "heat": {name: self._heat_copy(name, rows, split) for name in self._heat},
-            "cluster": {name: a[cols] for name, a in self._cluster.items()},
-            "bucket_abs": self._col_abs[cols].copy(), "bucket_stamp": self._col_stamp[cols],
-            "bucket_samples": self._bucket_samples[cols].copy(),
-            "bucket_steps": self._bucket_steps[cols].copy(), "drops": drops, "gaps": gaps,
+            "heat": {name: self._heat_pool.copy(name, heat, rows, n, split) for name, heat in buckets.heat.items()},
+            **buckets.frame(), "drops": drops, "gaps": gaps,
             "hellos": list(self._agents.values()), "gpus": gpus, "hosts_state": hosts,
             "sec_abs": self._sec_abs.copy(), "sec_msgs": self._sec_msgs.copy(),
             "counters": dict(self._counters, rejected=dict(self._counters["rejected"]),
                              agents=len(self._agents), agent_dropped_records=sum(self._agent_dropped.values())),
             "rank_steps": count, "rank_samples": self._rank["samples"][rows].copy(),
             "steps_total": self._steps_total, "latest_end_s": self._latest_end_s,
-            "run_id": self.run_id, "ended": self._ended, "bucket_s": self.bucket_s,
+            "run_id": self.run_id, "ended": self._ended,
         }
-
-    def _heat_copy(self, name: str, rows: slice | np.ndarray, split: int) -> np.ndarray:
-        """The ranks x buckets matrix ``name`` for a frame, oldest bucket first, in a buffer no snapshot holds."""
-        source = self._heat[name]
-        n, tail = self._rows, self._T - split
-        out = self._heat_buffer(name, n)
-        if isinstance(rows, slice):
-            out[:, :tail] = source[rows, split:]
-            out[:, tail:] = source[rows, :split]
-        else:  # ranks did not arrive in order (rare): gather the rows
-            out[:] = _oldest_first(source[rows], split)
-        return out
-
-    def _heat_buffer(self, name: str, n: int) -> np.ndarray:
-        pool = self._heat_pool[name]
-        for i in range(len(pool)):
-            buffer = pool[i]
-            # 3 references: the pool's list, this variable, getrefcount's argument. Any snapshot, or any array a
-            # view sliced from it, holds one more: such a buffer is never written again.
-            if sys.getrefcount(buffer) == 3:
-                if buffer.shape[0] != n:
-                    pool[i] = buffer = np.empty((n, self._T), np.float32)
-                buffer.setflags(write=True)  # it owns its memory: a snapshot only made it read-only
-                return buffer
-        buffer = np.empty((n, self._T), np.float32)
-        if len(pool) < _HEAT_POOL:
-            pool.append(buffer)
-        return buffer
 
     def _hosts_tuple_locked(self, order: np.ndarray) -> tuple[str, ...]:
         key = (self._hosts_version, self._rows)  # hosts change with hellos; the order only with new rows
         if self._hosts_cache is None or self._hosts_cache[0] != key:
             self._hosts_cache = (key, tuple(self._rank_hosts[i] for i in order.tolist()))
         return self._hosts_cache[1]
-
-    def _refresh_heat_locked(self) -> None:
-        if not self._dirty_cols:
-            return
-        cols = np.fromiter(self._dirty_cols, np.int64)
-        self._dirty_cols.clear()
-        self._col_stamp[cols] = self._stamp + 1 + np.arange(cols.size)  # one stamp per column: never shared
-        self._stamp += cols.size
-        n = self._rows
-        sums = {name: a[:n, cols] for name, a in self._sums.items()}
-        with np.errstate(all="ignore"):
-            step_mean = sums["step_s"] / sums["n"]
-            for name in _HEAT:
-                self._heat[name][:n, cols] = (sums[name] / sums["n_" + name]) / step_mean
-            cluster = self._cluster
-            cluster["step"][cols] = sums["step_s"].sum(0) / sums["n"].sum(0)
-            for name, phase in (("data_wait_s", "data_wait"), ("compute_s", "compute"),
-                                ("comm_exposed_s", "comm_exposed")):
-                cluster[phase][cols] = sums[name].sum(0) / sums["n_" + name].sum(0)
-            cluster["other"][cols] = np.maximum(cluster["step"][cols] - cluster["data_wait"][cols]
-                                                - cluster["compute"][cols] - cluster["comm_exposed"][cols], 0.0)
 
     def _losses_locked(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._loss_cache is not None and self._loss_cache[0] == self._loss_version:
@@ -687,32 +488,6 @@ class LiveStore:
         self._loss_cache = (self._loss_version, readonly(drops), readonly(gaps))
         return drops, gaps
 
-    def _steps_columns_locked(self) -> Columns:
-        n = self._rows
-        if n == 0:
-            return empty_columns("step")
-        filled = self._recent["step"][:n] >= 0
-        rows = np.nonzero(filled)
-        out = empty_columns("step")
-        length = len(rows[0])
-        for name in out:
-            out[name] = np.full(length, np.nan)
-        out["rank"] = self._rank_arr[:n][rows[0]].astype(np.float64)
-        out["step"] = self._recent["step"][:n][filled].astype(np.float64)
-        out["end_s"] = self._recent["end_s"][:n][filled]
-        out["first_batch"] = self._recent["first_batch"][:n][filled].astype(np.float64)
-        for name in _RECENT_FIELDS:
-            out[name] = self._recent[name][:n][filled].astype(np.float64)
-        out["start_s"] = out["end_s"] - out["step_s"]
-        order = np.lexsort((out["step"], out["rank"]))
-        return {name: column[order] for name, column in out.items()}
-
-
 
 class _RankCapError(Exception):
     """A record names a rank beyond the store's rank cap (counted, not kept)."""
-
-
-def _oldest_first(matrix: np.ndarray, split: int) -> np.ndarray:
-    """A copy of a ranks x buckets ring with its columns rotated oldest-first (two slices: no fancy indexing)."""
-    return np.concatenate((matrix[:, split:], matrix[:, :split]), axis=1)

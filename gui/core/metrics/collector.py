@@ -26,9 +26,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ringscope.gui.core.analysis.cost import DEFAULT_PRICE_PER_GPU_HOUR
+from ringscope.gui.core.analysis.goodput import CAUSES as GOODPUT_CAUSES
 from ringscope.gui.core.analysis.runs import ENDED_STATES, RUN_STATES
 from ringscope.gui.core.ingest.sink import IngestCounters
-from ringscope.gui.core.live.runs import LiveRuns, RunRow
+from ringscope.gui.core.live.run_rows import RunRow
+from ringscope.gui.core.live.runs import LiveRuns
 from ringscope.gui.core.live.snapshot import Snapshot
 from ringscope.gui.core.metrics.families import Families, MetricsLimits
 from ringscope.gui.core.metrics.gpus import add_gpu_families
@@ -156,6 +158,14 @@ class LiveRunsCollector(Collector):
               row.cost(price) if row.devices else None)  # no device known yet: the cost is unknown, not 0
         gauge("ringscope_run_waiting_cost_per_hour", "What waiting costs per hour now: idle share x devices x "
               "price (the window's 'cost of waiting').", row.idle_share * row.devices * price)
+        gauge("ringscope_run_attempts", "Starts of the run: 1, plus one per restart (ringscope run --restart, the "
+              "window's Restart automatically, torchrun's own restarts).", row.attempts)
+        if row.goodput is not None and row.goodput.wall_s > 0:
+            for cause in GOODPUT_CAUSES:
+                families.gauge("ringscope_run_goodput_ratio", "Share of the run's wall time by cause; cause="
+                               "\"productive\" is the goodput (kept steps less their waiting), the others are where "
+                               "the rest went (README, Definitions: goodput).", (*RUN_LABELS, "cause"),
+                               (*run, cause), row.goodput.share(cause))
         if snap is None:
             return  # released from memory (beyond LiveRuns' max_runs): the run-level figures are its last ones
         if snap.idle_cause:

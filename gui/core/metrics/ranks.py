@@ -15,6 +15,7 @@ from typing import Final
 
 import numpy as np
 
+from ringscope.gui.core.analysis.quantiles import finite_percentiles
 from ringscope.gui.core.live.snapshot import Snapshot
 from ringscope.gui.core.metrics.families import Families, MetricsLimits
 
@@ -86,11 +87,10 @@ def exported_rows(snap: Snapshot, stall_share: np.ndarray, limits: MetricsLimits
 
 def _percentiles(families: Families, name: str, documentation: str, run: tuple[str, str, str],
                  values: np.ndarray) -> None:
-    finite = values[np.isfinite(values)]
-    if not finite.size:
+    points = finite_percentiles(values, QUANTILES)
+    if points is None:
         return
-    points = np.percentile(finite, [100 * q for q in QUANTILES])
-    for quantile, point in zip(QUANTILES, points.tolist(), strict=True):
+    for quantile, point in zip(QUANTILES, points, strict=True):
         families.gauge(name, documentation, (*RUN_LABELS, "quantile"), (*run, f"{quantile:g}"), point)
 
 

@@ -3,7 +3,8 @@
 This package owns turning a ``SessionData`` into files a user can open offline. Every export takes a progress
 callback and a cancel flag, writes through a temporary file (a cancelled export leaves nothing), and never imports
 Qt (PDF charts use matplotlib's object API, imported only when a PDF is written: HTML, CSV and traces need no
-matplotlib). ``export`` is the one entry point the views and commands use.
+matplotlib). ``export`` is the one entry point the views and commands use; ``compare`` writes the pages of a
+comparison of two sessions.
 """
 
 from __future__ import annotations

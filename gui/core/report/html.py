@@ -10,7 +10,6 @@ nothing behind. Must never import Qt.
 from __future__ import annotations
 
 import contextlib
-import html
 import os
 import tempfile
 import threading
@@ -18,8 +17,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ringscope.gui.core.analysis import stacks
+from ringscope.gui.core.analysis.attempts import attempts_of
+from ringscope.gui.core.analysis.goodput import goodput_of
 from ringscope.gui.core.phases import PHASES
 from ringscope.gui.core.report import interactive
+from ringscope.gui.core.report.interactive import escape
 from ringscope.gui.core.report.model import (
     Report,
     Rows,
@@ -34,8 +36,8 @@ from ringscope.gui.core.report.model import (
 )
 from ringscope.gui.core.report.progress import Progress
 
-SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "network", "gpu", "cost", "checkpoints",
-                             "recommendations", "quality")
+SECTIONS: tuple[str, ...] = ("headline", "breakdown", "ranks", "straggler", "network", "gpu", "cost", "goodput",
+                             "checkpoints", "recommendations", "quality")
 """Ids of the page's sections, in order (tests check they are all present)."""
 
 STYLE = """
@@ -60,19 +62,19 @@ def render_html(report: Report | Sequence[Report], progress: Progress | None = N
     progress = progress or Progress()
     reports = [report] if isinstance(report, Report) else list(report)
     runs = ", ".join(r.analysis.run_id or "(unnamed)" for r in reports)
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)} — {_e(runs)}"
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)} — {escape(runs)}"
              f"</title><style>{STYLE}</style>{interactive.head_assets()}</head><body>",
-             f"<h1>{_e(title)}</h1><p class='sub'>Where did the time and the money go? "
-             f"{'Run' if len(reports) == 1 else f'{len(reports)} runs:'} {_e(runs)}</p>",
+             f"<h1>{escape(title)}</h1><p class='sub'>Where did the time and the money go? "
+             f"{'Run' if len(reports) == 1 else f'{len(reports)} runs:'} {escape(runs)}</p>",
              legend_html()]
     if len(reports) > 1:
-        parts.append("<ul>" + "".join(f"<li><a href='#run-{number}'>{_e(r.analysis.run_id)}</a> — "
-                                      f"{_e(r.analysis.framework)} / {_e(r.analysis.strategy)}</li>"
+        parts.append("<ul>" + "".join(f"<li><a href='#run-{number}'>{escape(r.analysis.run_id)}</a> — "
+                                      f"{escape(r.analysis.framework)} / {escape(r.analysis.strategy)}</li>"
                                       for number, r in enumerate(reports)) + "</ul>")
     for number, one in enumerate(reports):
         part = progress.slice(number / len(reports), (number + 1) / len(reports))
         if len(reports) > 1:
-            parts.append(f"<h1 id='run-{number}'>Run {_e(one.analysis.run_id)}</h1>")
+            parts.append(f"<h1 id='run-{number}'>Run {escape(one.analysis.run_id)}</h1>")
         parts.extend(_run_sections(one, part, prefix=f"run{number}-" if len(reports) > 1 else ""))
     parts.append(interactive.body_scripts() + "</body></html>")
     progress(1.0, "HTML ready")
@@ -84,7 +86,7 @@ def _run_sections(report: Report, progress: Progress, prefix: str = "") -> list[
     a = report.analysis
     parts = []
     progress(0.05, "headline")
-    parts.append(f"<p class='verdict'>{_e(verdict(report))}</p>")
+    parts.append(f"<p class='verdict'>{escape(verdict(report))}</p>")
     parts.append(_section(prefix + "headline", "Summary", table(headline_rows(report))))
     progress(0.1, "step-time charts")
     parts.append(_section(
@@ -98,23 +100,42 @@ def _run_sections(report: Report, progress: Progress, prefix: str = "") -> list[
                           "<p>Steady-state milliseconds per step in each phase on each rank. The slowest rank has "
                           "the smallest exposed wait.</p>" + interactive.rank_table(a)))
     progress(0.7, "straggler and GPUs")
-    parts.append(_section(prefix + "straggler", "Straggler", f"<p>{_e(straggler_text(a))}</p>"))
+    parts.append(_section(prefix + "straggler", "Straggler", f"<p>{escape(straggler_text(a))}</p>"))
     links = network_rows(a) or [("Links", "all ranks on one host: no network between hosts"
                                  if a.network is not None and len(a.network.hosts) == 1 else "not measured")]
     parts.append(_section(prefix + "network", "Network (per host)", table(links)))
-    parts.append(_section(prefix + "gpu", "GPU utilization", f"<p>{_e(a.gpu_statement)}</p>"
+    parts.append(_section(prefix + "gpu", "GPU utilization", f"<p>{escape(a.gpu_statement)}</p>"
                           + interactive.gpu_table(a)))
     progress(0.85, "cost")
     parts.append(_section(prefix + "cost", "Cost", table(cost_rows(report)) + interactive.cost_bar(report.cost)))
+    parts.append(_section(prefix + "goodput", "Goodput and restarts", goodput_html(report)))
     parts.append(_section(prefix + "checkpoints", "Checkpoints and work at risk", table(checkpoint_rows(report))))
     parts.append(_section(prefix + "recommendations", "Recommendations", recommendations_html(report)))
     parts.append(_section(prefix + "quality", "Data quality", table(quality_rows(report))))
     dump = stacks.result_from_events(report.session.events, a.run_id)
     if dump is not None:  # a stack dump on demand was taken during the run: the latest one, folded
         parts.append(_section(prefix + "stacks", "Stacks on demand",
-                              f"<p>Taken {_e(when_text(dump['ts_s']))}; identical stacks folded.</p><pre>"
-                              f"{_e(stacks.render_text(stacks.fold(dump)))}</pre>"))
+                              f"<p>Taken {escape(when_text(dump['ts_s']))}; identical stacks folded.</p><pre>"
+                              f"{escape(stacks.render_text(stacks.fold(dump)))}</pre>"))
     return parts
+
+
+def goodput_html(report: Report) -> str:
+    """Goodput, the wall time by cause as a bar, and the attempts when the run was restarted."""
+    attempts = attempts_of(report.session)
+    goodput = goodput_of(report.session, attempts)
+    if not goodput.wall_s:
+        return "<p>no steps: no goodput</p>"
+    text = (f"<p><b>Goodput {goodput.ratio:.1%}</b>: the share of the run's {goodput.wall_s:,.1f} s of wall time "
+            "spent in training steps that were kept (waiting inside steps, checkpoints, hangs, restarts, start-up "
+            "and redone steps are the rest; see the README's definitions).</p>")
+    text += interactive.goodput_bar(goodput, report.cost)
+    if len(attempts) > 1:
+        rows = [(f"Attempt {a.attempt}", f"{when_text(a.started_s)} → {when_text(a.ended_s)}: "
+                 f"{a.reason or 'unknown end'} (exit code {a.exit_code}); steps {a.resumed_from}–{a.reached}, "
+                 f"{a.redone} redone") for a in attempts]
+        text += "<h3>Attempts</h3>" + table(rows)
+    return text
 
 
 def write_html(report: Report | Sequence[Report], path: str | Path, progress: Progress | None = None) -> Path:
@@ -177,25 +198,21 @@ def recommendations_html(report: Report) -> str:
     if not report.recommendations:
         return "<p>No threshold crossed: nothing to recommend.</p>"
     return "".join(
-        f"<div class='rec {r.severity}'><b>{_e(r.title)}</b><br>{_e(r.advice)}"
-        f"<div class='evidence'>{_e(r.evidence)}</div></div>" for r in report.recommendations)
+        f"<div class='rec {r.severity}'><b>{escape(r.title)}</b><br>{escape(r.advice)}"
+        f"<div class='evidence'>{escape(r.evidence)}</div></div>" for r in report.recommendations)
 
 
 def legend_html() -> str:
     """The phase legend, said once."""
-    items = "".join(f"<span title='{_e(p.description)}'><span class='swatch' style='background:{p.color}'></span>"
-                    f"{_e(p.label)}</span> &nbsp; " for p in PHASES)
+    items = "".join(f"<span title='{escape(p.description)}'><span class='swatch' style='background:{p.color}'></span>"
+                    f"{escape(p.label)}</span> &nbsp; " for p in PHASES)
     return f"<p class='legend'>{items}</p>"
 
 
 def table(rows: Rows) -> str:
     """A two-column table of label/value rows."""
-    return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+    return "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows) + "</table>"
 
 
 def _section(section_id: str, heading: str, body: str) -> str:
-    return f"<section id='{section_id}'><h2>{_e(heading)}</h2>{body}</section>"
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return f"<section id='{section_id}'><h2>{escape(heading)}</h2>{body}</section>"

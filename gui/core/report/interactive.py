@@ -1,8 +1,9 @@
 """The interactive parts of the HTML report: chart specs for the embedded uPlot, sortable per-rank and per-GPU tables.
 
-Owns what the page's script is given (JSON specs with ``null`` for no data, never 0) and the tables' HTML. The
-charting library (uPlot, MIT, vendored in ``resources/report``) and ``report.js`` are embedded in the page, so it
-works offline: no file and no URL is referenced. Must never import Qt.
+Owns what the page's script is given (JSON specs with ``null`` for no data, never 0), the tables' HTML and
+``escape``, the one HTML-escaping helper of every page (report, comparison, sweep). The charting library (uPlot, MIT,
+vendored in ``resources/report``) and ``report.js`` are embedded in the page, so it works offline: no file and no URL
+is referenced. Must never import Qt.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import numpy as np
 
 from ringscope import resources
 from ringscope.gui.core.analysis.cost import WASTE_CAUSES, CostBreakdown
+from ringscope.gui.core.analysis.goodput import CAUSE_TEXT as GOODPUT_TEXT
+from ringscope.gui.core.analysis.goodput import CAUSES as GOODPUT_CAUSES
+from ringscope.gui.core.analysis.goodput import Goodput
 from ringscope.gui.core.analysis.summary import SessionAnalysis
 from ringscope.gui.core.phases import ALERT_COLOR, CAUSE_COLORS, COMPUTE, PHASES
 
@@ -100,7 +104,7 @@ def rank_table(analysis: SessionAnalysis) -> str:
     for r in ranks:
         b = r.breakdown
         bar = "".join(f"<span style='width:{100 * b.shares[p.name]:.2f}%;background:{p.color}' "
-                      f"title='{_e(p.label)}: {100 * b.shares[p.name]:.1f} %'></span>" for p in PHASES)
+                      f"title='{escape(p.label)}: {100 * b.shares[p.name]:.1f} %'></span>" for p in PHASES)
         idle = 100 * b.idle_share if b.phases_measured else None
         cells = [number_cell(r.rank, 0), number_cell(r.steps_total, 0), number_cell(b.step_s * 1e3, 2),
                  *(number_cell(b.seconds[p.name] * 1e3, 2) for p in PHASES), number_cell(idle, 1),
@@ -124,8 +128,8 @@ def gpu_table(analysis: SessionAnalysis) -> str:
         color = ALERT_COLOR if p50 is not None and p50 < 50 else COMPUTE.color
         bar = (f"<div class='bar'><span style='width:{p50:.1f}%;background:{color}'></span></div>"
                if p50 is not None else "")
-        rows.append(f"<tr><td data-v='{_e(g.host)}:{g.gpu_index:04d}'>{_e(g.host)}:{g.gpu_index}"
-                    f"{' (' + _e(g.name) + ')' if g.name else ''}</td>{number_cell(g.rank, 0)}"
+        rows.append(f"<tr><td data-v='{escape(g.host)}:{g.gpu_index:04d}'>{escape(g.host)}:{g.gpu_index}"
+                    f"{' (' + escape(g.name) + ')' if g.name else ''}</td>{number_cell(g.rank, 0)}"
                     f"<td class='num' data-v='{_sort_key(p50)}'>{_fmt(p50, 0)}{bar}</td>{number_cell(g.util_p5, 0)}"
                     f"{number_cell(g.util_p95, 0)}{number_cell(g.sm_clock_p50_mhz, 0)}"
                     f"{number_cell(None if g.throttled_share is None else 100 * g.throttled_share, 0)}"
@@ -140,17 +144,40 @@ def cost_bar(cost: CostBreakdown) -> str:
     parts += [(WASTE_CAUSES[c], cost.waste_cost[c], CAUSE_COLORS[c]) for c in WASTE_CAUSES]
     total = sum(value for _, value, _ in parts) or 1.0
     spans = "".join(f"<span style='width:{100 * value / total:.2f}%;background:{color}' "
-                    f"title='{_e(label)}: {_money(cost, value)}'></span>" for label, value, color in parts)
-    legend = " &nbsp; ".join(f"<span class='swatch' style='background:{color}'></span>{_e(label)}: "
+                    f"title='{escape(label)}: {_money(cost, value)}'></span>" for label, value, color in parts)
+    legend = " &nbsp; ".join(f"<span class='swatch' style='background:{color}'></span>{escape(label)}: "
                              f"{_money(cost, value)}" for label, value, color in parts)
     return (f"<h3>Where the money went</h3><div class='bar' style='width:100%;height:1.4em'>{spans}</div>"
             f"<p class='evidence'>{legend}</p>")
 
 
+GOODPUT_COLORS: dict[str, str] = {
+    "productive": COMPUTE.color, "data_wait": CAUSE_COLORS["data_loader_idle"],
+    "allreduce_stall": CAUSE_COLORS["allreduce_stall"], "checkpoint": "#8e6cc2",
+    "hang_undetected": "#5b2a86", "detect_to_restart": "#b07aa1", "startup": "#9aa5b1", "redone": "#c96f3b",
+}
+
+
+def goodput_bar(goodput: Goodput, cost: CostBreakdown) -> str:
+    """The run's wall time by cause (``ringscope.gui.core.analysis.goodput``) as one stacked bar, with seconds,
+    shares and money."""
+    parts = [(cause, goodput.seconds.get(cause, 0.0)) for cause in GOODPUT_CAUSES]
+    total = goodput.wall_s or 1.0
+    spans = "".join(f"<span style='width:{100 * value / total:.2f}%;background:{GOODPUT_COLORS[cause]}' "
+                    f"title='{escape(GOODPUT_TEXT[cause])}: {value:.1f} s'></span>"
+                    for cause, value in parts if value > 0)
+    legend = " &nbsp; ".join(
+        f"<span class='swatch' style='background:{GOODPUT_COLORS[cause]}'></span>{escape(GOODPUT_TEXT[cause])}: "
+        f"{value:.1f} s ({value / total:.1%}, {_money(cost, goodput.cost(cause, cost.price_per_gpu_hour))})"
+        for cause, value in parts if value > 0)
+    return (f"<h3>Where the wall time went</h3><div class='bar' style='width:100%;height:1.4em'>{spans}</div>"
+            f"<p class='evidence'>{legend}</p>")
+
+
 def sortable_table(heads: list[str], rows: list[str], caption: str) -> str:
     """A table sortable by any column (``report.js``) under a caption; ``rows`` are ``<tr>`` elements."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in heads)
-    return (f"<p class='evidence'>{_e(caption)}</p><div class='scroll'><table class='sortable'><thead><tr>{head}"
+    head = "".join(f"<th>{escape(h)}</th>" for h in heads)
+    return (f"<p class='evidence'>{escape(caption)}</p><div class='scroll'><table class='sortable'><thead><tr>{head}"
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
@@ -220,5 +247,6 @@ def _resource(name: str) -> str:
     return (Path(next(iter(resources.__path__))) / "report" / name).read_text(encoding="utf-8")
 
 
-def _e(text: object) -> str:
+def escape(text: object) -> str:
+    """``text`` as HTML text or attribute value (quotes escaped too): every value a page shows goes through it."""
     return html.escape(str(text), quote=True)

@@ -6,17 +6,23 @@ window's GUI thread most of a core and the GIL; here they run beside it, and the
 of either side does not take the other down: the window reports a dead ingest process and keeps what it shows; an
 ingest process whose window died keeps recording until its agents go quiet, then closes the file properly.
 
-Started by ``ringscope.gui.core.service.client.IngestProcess`` as ``python -m ringscope.gui.core.service.server
+Started by ``ringscope.gui.core.service.process.IngestProcess`` as ``python -m ringscope.gui.core.service.server
 FRAMES_FD CALLS_FD``. Two channels (``multiprocessing.connection.Connection`` over the inherited sockets):
 
 - frames (the GUI thread's): request ``("frame", run_id, base, want_rows, price)`` -> a reply dict with the
   encoded snapshot of ``run_id`` (None when the run is not held), and, when asked or when new, the runs table rows,
   the run ids held, the hang notices since the last reply and the recorder's figures;
-- calls (any window thread, serialised by the client): ``(target, method, args)`` -> ``("ok", value)`` or
-  ``("error", text)``, for the few things the window asks rarely (``ALLOWED`` lists them all).
+- calls (any window thread, serialised by the client): ``(target, name, args)`` -> ``("ok", value)`` or
+  ``("error", text)``, for the few things the window asks rarely (``ringscope.gui.core.service.calls.EXPOSED``
+  declares them all: methods, settings, figures).
 
 The first message on calls is the setup dict (``IngestSetup``: bind, keys, recording path, ...; keys travel here,
 never on a command line); the reply is ``("ready", endpoint, recording path)`` or ``("error", text)``.
+
+A process that replaces one that crashed (``IngestSetup.resume_reason``, set by the window's client) continues the
+same recording as a new segment (``Recorder.reopen``), drops what the agents send again that the file already holds
+(``Collector.continue_from``), and reloads the recording's runs before it listens, so the window's charts keep
+their history and the runs that were going go on live.
 
 What it must never do: import Qt, exit without closing the recorder (every exit path closes it: close request,
 SIGTERM, the window gone and the agents quiet), or let a bad request stop it (answered with an error).
@@ -25,24 +31,34 @@ SIGTERM, the window gone and the agents quiet), or let a bad request stop it (an
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
+from ringscope.agent import wire
+from ringscope.agent.control import AttemptNote
 from ringscope.agent.keys import CollectorKeys
+from ringscope.agent.schema import SCHEMA_VERSION, EventKind, shifted
+from ringscope.gui.core.analysis.runs import runs_of
 from ringscope.gui.core.ingest.collector import Collector, CollectorError
 from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session_reader import load as load_session
+from ringscope.gui.core.live.replay import fill_store
 from ringscope.gui.core.live.runs import LiveRuns
+from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.core.live.watch import HangNotice, RunWatcher
 from ringscope.gui.core.metrics import DEFAULT_METRICS_BIND, MetricsError, MetricsServer
+from ringscope.gui.core.service.calls import exposed
 from ringscope.gui.core.service.frames import FrameEncoder
+from ringscope.gui.core.session_data import SessionData
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +68,6 @@ ORPHAN_QUIET_S: Final[float] = 30.0
 """With its window gone, the process records until no message arrived for this long, then closes the file."""
 SWITCH_INTERVAL_S: Final[float] = float(os.environ.get("RINGSCOPE_INGEST_SWITCH_S", "0.001"))
 """The ingest process's GIL switch interval (seconds)."""
-ALLOWED: Final[dict[str, frozenset[str]]] = {
-    "runs": frozenset({"note_launch", "note_stop_requested", "hang", "agent_of_rank", "priced_until",
-                       "set_lost_timeout_s", "run_ids", "rows", "get_hang_minimum_s", "set_hang_minimum_s"}),
-    "store": frozenset({"to_session_data", "step_end_times", "set_lost_timeout_s", "snapshot"}),
-    "recorder": frozenset({"note_launch", "note_event"}),
-    "collector": frozenset({"counters"}),
-    "service": frozenset({"serve_metrics", "crash", "pid"}),
-}
-"""Every call the window may make: target -> methods (``store`` calls name the run id as their first argument)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class IngestSetup:
     lost_timeout_s: float = 5.0
     metrics_port: int = 0
     orphan_quiet_s: float = ORPHAN_QUIET_S  # with the window gone: close after this long without a message
+    # set when this process replaces one that crashed (why, in words): continue ``record_to`` as a new segment
+    resume_reason: str | None = None
 
 
 class IngestService:
@@ -81,7 +90,8 @@ class IngestService:
 
     def __init__(self, setup: IngestSetup) -> None:
         self.setup = setup
-        self.runs = LiveRuns(lost_timeout_s=setup.lost_timeout_s)
+        self._reloaded: dict[str, LiveStore] = {}  # runs refilled from the recording, until their agents register
+        self.runs = LiveRuns(lost_timeout_s=setup.lost_timeout_s, store_factory=self._store_for)
         self.collector = Collector(setup.bind, sinks=[self.runs], keys=setup.keys)
         self.recorder: Recorder | None = None
         self.price: float | None = None
@@ -101,7 +111,12 @@ class IngestService:
         if self.setup.record_to is not None:
             path = Path(self.setup.record_to)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.recorder = Recorder(path, meta=self.setup.meta).start()
+            if self.setup.resume_reason is not None and path.exists():
+                self.recorder = Recorder(path, meta=self.setup.meta).reopen(self.setup.resume_reason)
+                self._reload_runs(path)
+                self.collector.continue_from(self.recorder.committed_seqs())
+            else:
+                self.recorder = Recorder(path, meta=self.setup.meta).start()
             self.collector.add_sink(self.recorder)
         try:
             self.collector.start()
@@ -140,39 +155,26 @@ class IngestService:
                                  "rows_written": recorder.rows_written, "dropped_records": recorder.dropped_records}
         return reply
 
-    def call(self, target: str, method: str, args: tuple[Any, ...]) -> Any:
-        """One call on the calls channel (``ALLOWED`` only)."""
-        if method not in ALLOWED.get(target, ()):
-            raise ValueError(f"no such call: {target}.{method}")
-        if target == "runs":
-            if method == "set_lost_timeout_s":
-                self.runs.lost_timeout_s = float(args[0])
-                return None
-            if method == "get_hang_minimum_s":
-                return self.runs.hang_minimum_s
-            if method == "set_hang_minimum_s":
-                self.runs.hang_minimum_s = float(args[0])
-                return None
-            return getattr(self.runs, method)(*args)
-        if target == "store":
-            store = self.runs.store(str(args[0]))
-            if store is None:
-                raise KeyError(f"run {args[0]} is not held in memory")
-            if method == "set_lost_timeout_s":
-                store.lost_timeout_s = float(args[1])
-                return None
-            return getattr(store, method)(*args[1:])
-        if target == "recorder":
-            if self.recorder is None:
-                return None
-            return getattr(self.recorder, method)(*args)
-        if target == "collector":
-            return self.collector.counters
-        if method == "serve_metrics":
-            return self.serve_metrics(int(args[0]))
-        if method == "pid":
-            return os.getpid()
-        os.abort()  # "crash": the tests' way to kill this process mid-session, as a segfault would
+    def call(self, target: str, name: str, args: tuple[Any, ...]) -> Any:
+        """One call on the calls channel, as ``calls.EXPOSED`` declares it (nothing else is answered)."""
+        how = exposed(target, name)
+        held, args = self._held(target, args)
+        if held is None:
+            return None  # no recorder: the session is kept in memory only
+        if how.kind == "method":
+            return getattr(held, name)(*args)
+        if how.kind == "setting" and args:
+            setattr(held, name, args[0])
+            return None
+        return getattr(held, name)
+
+    def pid(self) -> int:
+        """This process's pid (tests check that calls reach a restarted process)."""
+        return os.getpid()
+
+    def crash(self) -> None:
+        """The tests' way to kill this process mid-session, as a segfault would."""
+        os.abort()
 
     def serve_metrics(self, port: int) -> str:
         """Serve the metrics endpoint on ``port`` (0: stop); what happened, in words for the status bar."""
@@ -212,6 +214,67 @@ class IngestService:
         return figures
 
     # ---- Internals -----------------------------------------------------------------------------------------------
+
+    def _held(self, target: str, args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        """The object a call's target names, and the call's arguments for it (a ``store`` call's first argument is
+        its run id)."""
+        if target == "store":
+            store = self.runs.store(str(args[0]))
+            if store is None:
+                raise KeyError(f"run {args[0]} is not held in memory")
+            return store, args[1:]
+        targets = {"runs": self.runs, "recorder": self.recorder, "collector": self.collector, "service": self}
+        return targets[target], args
+
+    def _store_for(self, run_id: str) -> LiveStore:
+        """The store of a run that registers: the one refilled from the recording, else a new one."""
+        store = self._reloaded.pop(run_id, None)
+        return store if store is not None else LiveStore(lost_timeout_s=self.runs.lost_timeout_s, run_id=run_id)
+
+    def _reload_runs(self, path: Path) -> None:
+        """The recording's runs back in memory, before the collector listens: ended runs frozen as recorded (as a
+        reopened session shows them), the others filled and registered again so the frames that follow continue
+        them. A recording that cannot be read back costs the charts their history, never the recording."""
+        try:
+            data = load_session(path)
+            for info in runs_of(data, lost_timeout_s=self.runs.lost_timeout_s):
+                run = data.for_run(info.run_id)
+                store = LiveStore(lost_timeout_s=self.runs.lost_timeout_s, run_id=info.run_id)
+                if info.ended:
+                    fill_store(store, run)
+                    self.runs.add_recorded(info, store, run.agents)
+                else:
+                    self._rejoin(run, store, info.last_seen_s)
+            for run_id, notes in data.counters.get("attempts", {}).items():  # the runs table's attempts column
+                for note in notes:
+                    self.runs.on_attempt(run_id, AttemptNote(int(note["attempt"]), str(note["event"]),
+                                                             float(note["ts_s"]), note["reason"] or "",
+                                                             note["exit_code"], note["detail"] or ""))
+        except Exception:  # the recording goes on whatever this finds in the file
+            log.exception("could not reload the runs of %s; the window shows them from now on", path)
+
+    def _rejoin(self, run: SessionData, store: LiveStore, last_seen_s: float) -> None:
+        """A run that was going at the crash: its store filled, its agents registered as their Hello would (their
+        next one may be 5 s away), with their goodbyes, which the runs count (not into the store twice)."""
+        goodbyes = {agent: event for event, agent in zip(run.events, run.event_agents, strict=False)
+                    if event.event == EventKind.FINISHED}
+        kept = [(event, agent) for event, agent in zip(run.events, run.event_agents, strict=False)
+                if event.event != EventKind.FINISHED]
+        fill_store(store, replace(run, events=[e for e, _ in kept], event_agents=[a for _, a in kept]))
+        self._reloaded[store.run_id] = store
+        offsets: dict[str, float] = run.counters.get("clock_offsets", {})
+        transits = run.counters.get("transit", {})
+        for hello in run.agents:
+            transit = transits.get(hello.agent_id)
+            if transit is None or not math.isfinite(transit.min_transit_s):
+                continue  # never a guessed clock offset: the agent's own next Hello registers it
+            # the recording's records are on the collector's clock; the runs align what arrives: give them the
+            # agent's own clock and a send time that teaches them the offset the recording found
+            offset = offsets.get(hello.agent_id, 0.0)
+            records = [shifted(r, -offset) for r in (hello, goodbyes.get(hello.agent_id)) if r is not None]
+            seen = last_seen_s if math.isfinite(last_seen_s) else hello.started_s
+            self.runs.on_batch(wire.Batch(hello.agent_id, 0, seen - transit.min_transit_s, SCHEMA_VERSION, records),
+                               seen)
 
     def _watch_loop(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL_S):

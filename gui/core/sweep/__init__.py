@@ -4,9 +4,11 @@ recommendation. Qt-free and framework-free; the public API, re-exported from the
 Modules: ``plan`` (configurations, parsing, the checks that refuse a sweep before it starts, the launcher's
 processes for a configuration), ``runner`` (runs them in turn, never leaving a process behind), ``analysis`` (one
 row per configuration from the session report's own analysis, scaling efficiency, the equal-footing check),
-``advice`` (the recommendation and its evidence), ``report`` (CSV and HTML), ``pdf`` (PDF).
+``advice`` (the recommendation and its evidence), ``report`` (CSV and HTML), ``pdf`` (PDF); for the window's
+sweep dialog, ``request`` (the form's request, its checks, its command line) and ``progress_lines`` (the lines
+``ringscope sweep`` prints as each configuration starts and ends, and their reading).
 
-    plan = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=200)
+    plan = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=200, device="cpu")
     errors = problems(plan, cpu_count=os.cpu_count(), gpu_count=0)   # every reason to refuse, before anything runs
     outcomes = SweepRunner(plan, collector.endpoint, records=lambda: collector.counters.records).run()
     report = build_report(load("sweep.db"), outcomes, plan, session_path="sweep.db", wall_s=...)

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.options import OptionValue
-from ringscope.gui.core.launch.plan import ProcessPlan, build_commands
+from ringscope.gui.core.launch.plan import ProcessPlan
 from ringscope.gui.core.launch.spec import LaunchKind, LaunchSpec
 from ringscope.gui.core.launch.validation import validate
 
@@ -46,6 +47,30 @@ COMM_DELAY_FRAMEWORKS: Final[tuple[str, ...]] = ("ddp",)
 """Frameworks whose reference trainer takes ``--comm-delay-ms`` (the DDP trainer's comm hook delays the all-reduce)."""
 DATASETS: Final[tuple[str, ...]] = ("digits", "synthetic")
 DEVICES: Final[tuple[str, ...]] = ("auto", "cpu", "gpu")
+
+
+
+@dataclass(frozen=True, slots=True)
+class SweepDefaults:
+    """The sweep's defaults: ``ringscope sweep``'s, the window's sweep form's and ``SweepPlan``'s (``DEFAULTS``,
+    defined here only). ``device`` "auto": one GPU per rank when there are enough, else the CPU
+    (``resolve_device``); a plan holds the resolved one."""
+
+    steps: int = 200
+    model_width: int = 64
+    model_depth: int = 2
+    batch_size: int = 32
+    dataset: str = "digits"
+    device: str = "auto"
+    timeout_per_run_s: float = 900.0
+
+
+DEFAULTS: Final[SweepDefaults] = SweepDefaults()
+SESSION_NAME: Final[str] = "sweep.db"
+"""The session file a sweep records into, in its output folder."""
+REPORT_NAME: Final[str] = "sweep.html"
+OUTPUT_NAMES: Final[tuple[str, ...]] = ("sweep.csv", REPORT_NAME, "sweep.pdf")
+"""The files a sweep writes into its output folder at its end."""
 _TRAINER_DEVICE: Final[dict[str, dict[str, str]]] = {"ddp": {"cpu": "cpu", "gpu": "cuda"},
                                                      "tf": {"cpu": "cpu", "gpu": "gpu"}}
 
@@ -73,7 +98,8 @@ class SweepPlan:
         ranks: rank counts, ascending, without repeats.
         steps: optimizer steps per run.
         model_width / model_depth / batch_size / dataset: the reference trainers' options of the same names.
-        device: "cpu" or "gpu" (``resolve_device`` turns "auto" into one of them).
+        device: "cpu" or "gpu", keyword only and always given (``resolve_device`` turns the sweep's device,
+            ``DEFAULTS.device`` unless chosen, into one of them).
         comm_delays: ``framework:ranks`` -> milliseconds of injected all-reduce delay (a test hook).
         python: the interpreter that runs the trainers.
         script: the user's training script (None: the reference trainers); then ``steps``, ``model_width``,
@@ -83,12 +109,12 @@ class SweepPlan:
 
     frameworks: tuple[str, ...]
     ranks: tuple[int, ...]
-    steps: int = 200
-    model_width: int = 64
-    model_depth: int = 2
-    batch_size: int = 32
-    dataset: str = "digits"
-    device: str = "cpu"
+    steps: int = DEFAULTS.steps
+    model_width: int = DEFAULTS.model_width
+    model_depth: int = DEFAULTS.model_depth
+    batch_size: int = DEFAULTS.batch_size
+    dataset: str = DEFAULTS.dataset
+    device: str = field(kw_only=True)
     comm_delays: dict[str, float] = field(default_factory=dict)
     python: str = sys.executable
     script: str | None = None

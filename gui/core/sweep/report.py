@@ -10,7 +10,6 @@ through a temporary file and renamed (``ringscope.gui.core.report.html``). Never
 from __future__ import annotations
 
 import csv
-import html
 import io
 import math
 import time
@@ -23,6 +22,7 @@ from ringscope.gui.core.analysis.summary import WARMUP_STEPS
 from ringscope.gui.core.phases import COMM_EXPOSED, COMPUTE, DATA_WAIT, OTHER, PHASE_BY_NAME
 from ringscope.gui.core.report import interactive
 from ringscope.gui.core.report.html import STYLE, legend_html, write_text_atomically
+from ringscope.gui.core.report.interactive import escape
 from ringscope.gui.core.report.model import duration_text, when_text
 from ringscope.gui.core.session_data import SessionData
 from ringscope.gui.core.sweep.advice import Advice, money, recommend, title
@@ -171,15 +171,15 @@ def _cell(value: float | int | None) -> str:
 def render_html(report: SweepReport) -> str:
     """The sweep page (self-contained: inline CSS, the embedded uPlot and script; no URL)."""
     footing_class = "ok" if report.footing.equal else "bad" if report.footing.checked else "unchecked"
-    evidence = "".join(f"<li>{_e(line)}</li>" for line in report.advice.evidence)
+    evidence = "".join(f"<li>{escape(line)}</li>" for line in report.advice.evidence)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Ringscope scaling sweep</title>"
         f"<style>{STYLE}{STYLE_EXTRA}</style>{interactive.head_assets()}</head><body>",
-        f"<h1>Ringscope scaling sweep</h1><p class='sub'>{_e(report.subtitle())}</p>",
-        f"<p class='verdict' id='recommendation'>{_e(report.advice.headline)}</p>",
-        "".join(f"<p class='reason'>{_e(reason)}</p>" for reason in report.advice.reasons),
+        f"<h1>Ringscope scaling sweep</h1><p class='sub'>{escape(report.subtitle())}</p>",
+        f"<p class='verdict' id='recommendation'>{escape(report.advice.headline)}</p>",
+        "".join(f"<p class='reason'>{escape(reason)}</p>" for reason in report.advice.reasons),
         _section("evidence", "Evidence", f"<ul class='evidence'>{evidence}</ul>"),
-        _section("footing", "Equal footing", f"<p class='{footing_class}'>{_e(report.footing.text)}</p>"),
+        _section("footing", "Equal footing", f"<p class='{footing_class}'>{escape(report.footing.text)}</p>"),
         _section("scaling", "Throughput vs ranks",
                  f"<p class='evidence'>{throughput_unit(report.rows).capitalize()} of all ranks (steady state) "
                  "for each framework; dashed: "
@@ -193,7 +193,7 @@ def render_html(report: SweepReport) -> str:
         _section("cost", "Cost per 1000 samples", _cost_table(report.rows)),
         _section("configurations", "All figures", _figures_table(report.rows)),
         _section("method", "How these figures were measured",
-                 "<ul>" + "".join(f"<li>{_e(note)}</li>" for note in report.notes()) + "</ul>"),
+                 "<ul>" + "".join(f"<li>{escape(note)}</li>" for note in report.notes()) + "</ul>"),
         interactive.body_scripts() + "</body></html>",
     ]
     return "\n".join(parts)
@@ -241,10 +241,10 @@ def _phase_table(rows: Sequence[SweepRow]) -> str:
     for row in rows:
         shares = [getattr(row, name) for name, _ in SHARE_PHASES]
         bar = "".join(f"<span style='width:{100 * share:.2f}%;background:{PHASE_BY_NAME[phase].color}' "
-                      f"title='{_e(PHASE_BY_NAME[phase].label)}: {100 * share:.1f} %'></span>"
+                      f"title='{escape(PHASE_BY_NAME[phase].label)}: {100 * share:.1f} %'></span>"
                       for share, (_, phase) in zip(shares, SHARE_PHASES, strict=True) if share is not None)
         cells = "".join(interactive.number_cell(None if s is None else 100 * s, 1) for s in shares)
-        body.append(f"<tr><td>{_e(row.label)}</td>"
+        body.append(f"<tr><td>{escape(row.label)}</td>"
                     f"{interactive.number_cell(None if row.step_s is None else row.step_s * 1e3, 2)}{cells}"
                     f"<td><div class='bar wide'>{bar}</div></td></tr>")
     return interactive.sortable_table(heads, body, "Steady state; click a column heading to sort.")
@@ -263,7 +263,7 @@ def _cost_table(rows: Sequence[SweepRow]) -> str:
             bar = (f"<div class='bar wide'><span style='width:{100 * (cost - waiting_part) / most:.2f}%;"
                    f"background:{COMPUTE.color}'></span><span style='width:{100 * waiting_part / most:.2f}%;"
                    f"background:{COMM_EXPOSED.color}'></span></div>")
-        body.append(f"<tr><td>{_e(row.label)}</td><td class='num' data-v='{cost or -1:.8g}'>{money(cost)}</td>"
+        body.append(f"<tr><td>{escape(row.label)}</td><td class='num' data-v='{cost or -1:.8g}'>{money(cost)}</td>"
                     f"<td class='num' data-v='{waiting or -1:.8g}'>{money(waiting)}</td><td>{bar}</td></tr>")
     return interactive.sortable_table(heads, body, "Bars on one scale: the longest is the most expensive "
                                                    "configuration. Waiting = data wait + AllReduce stall + other.")
@@ -277,8 +277,8 @@ def _figures_table(rows: Sequence[SweepRow]) -> str:
         numbers = [(row.global_batch, 0), (row.steps, 0), (row.throughput, 1), (_pct(row.efficiency), 1),
                    (_pct(row.allreduce_stall_share), 1), (_pct(row.compute_share), 1), (row.bytes_per_step, 0)]
         cells = "".join(interactive.number_cell(value, digits) for value, digits in numbers)
-        body.append(f"<tr><td>{_e(row.label)}</td>{cells}<td>{_e(row.status)}</td>"
-                    f"<td class='nowrap'>{_e(row.run_id)}</td></tr>")
+        body.append(f"<tr><td>{escape(row.label)}</td>{cells}<td>{escape(row.status)}</td>"
+                    f"<td class='nowrap'>{escape(row.run_id)}</td></tr>")
     return interactive.sortable_table(heads, body, "Every figure of sweep.csv; click a column heading to sort.")
 
 
@@ -300,8 +300,4 @@ def row_value(rows: Sequence[SweepRow], framework: str, ranks: int, name: str) -
 
 
 def _section(section_id: str, heading: str, body: str) -> str:
-    return f"<section id='{section_id}'><h2>{_e(heading)}</h2>{body}</section>"
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return f"<section id='{section_id}'><h2>{escape(heading)}</h2>{body}</section>"

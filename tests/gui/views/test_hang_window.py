@@ -12,8 +12,8 @@ from pytestqt.qtbot import QtBot
 from ringscope import agent
 from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE
 from ringscope.gui.app import build_window
+from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.analysis.runs import HUNG
-from ringscope.gui.core.ingest.session import summarize
 from ringscope.gui.views.qt_preferences import Preferences
 
 

@@ -200,7 +200,7 @@ def test_sweep_values_follow_the_framework_and_the_trainer(qtbot: QtBot, tmp_pat
 
 
 def test_the_sweep_dialog_takes_over_with_the_launch_values(qtbot: QtBot, tmp_path: Path) -> None:
-    from ringscope.gui.core.sweep.progress import SweepRequest
+    from ringscope.gui.core.sweep.request import SweepRequest
     from ringscope.gui.views.qt_sweep import QtSweepDialog
 
     sweep = QtSweepDialog(initial=SweepRequest(("ddp", "tf-mirrored"), "1,2", str(tmp_path / "out")), cpu_count=2,
@@ -212,6 +212,6 @@ def test_the_sweep_dialog_takes_over_with_the_launch_values(qtbot: QtBot, tmp_pa
     dialog.option_widgets["steps"].setText("75")  # type: ignore[attr-defined]
     dialog.sig_sweep_requested.connect(sweep.prefill)
     dialog.sweep_button.click()
-    request = sweep.request()
-    assert request.frameworks == ("tf-mirrored",) and sweep.depth_spin.value() == 6 and request.steps == 75
+    request = sweep.form.request()
+    assert request.frameworks == ("tf-mirrored",) and sweep.form.depth_spin.value() == 6 and request.steps == 75
     assert request.model_width == 64 and request.batch_size == 32 and request.device == "auto"

@@ -23,7 +23,7 @@ from ringscope.gui import app as gui_app
 from ringscope.gui.app import build_viewer
 from ringscope.gui.cli import _with_command, build_parser
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.live.runs import LiveRuns
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_main_window import QtMainWindow

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from ringscope import agent
 from ringscope.gui.app import WindowParts, build_window
 from ringscope.gui.core.analysis.runs import FINISHED, LOST, RUNNING, STOPPED
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.launch import LaunchSpec
 from ringscope.gui.core.live.store import STATE_LOST
 from ringscope.gui.views import theme

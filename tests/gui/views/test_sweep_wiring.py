@@ -25,7 +25,7 @@ def test_sweep_from_the_launch_dialog_opens_the_sweep_dialog_filled_from_its_for
     button.click()
     sweep = window.sweep_dialog
     assert sweep is not None and sweep.isVisible()
-    ticked = [name for name, box in sweep.framework_boxes.items() if box.isChecked()]
+    ticked = [name for name, box in sweep.form.framework_boxes.items() if box.isChecked()]
     assert ticked == ["tf-mirrored"], ticked
     window.timer.stop()
     sweep.close()

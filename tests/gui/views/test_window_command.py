@@ -48,7 +48,7 @@ def test_sigterm_closes_the_window_cleanly_and_the_recording_is_complete(tmp_pat
     import signal
     import time
 
-    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session_reader import load
 
     session = tmp_path / "s.db"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")

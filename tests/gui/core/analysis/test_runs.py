@@ -11,6 +11,7 @@ import pytest
 from ringscope.agent import wire
 from ringscope.agent.schema import Event, EventKind, Hello, Step
 from ringscope.gui.core.analysis.cost import estimate_cost
+from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.analysis.runs import (
     FAILED,
     FINISHED,
@@ -25,7 +26,7 @@ from ringscope.gui.core.analysis.runs import (
 )
 from ringscope.gui.core.analysis.summary import analyze
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load, summarize
+from ringscope.gui.core.ingest.session_reader import load
 
 T0 = 1_700_000_000.0
 

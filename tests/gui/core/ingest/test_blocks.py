@@ -14,7 +14,8 @@ from ringscope.agent import wire
 from ringscope.agent.schema import Hello, Step
 from ringscope.gui.core.ingest import blocks
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
+from ringscope.gui.core.ingest.session_schema import BLOCKS_TABLE
 from ringscope.gui.core.session_data import Columns, distinct
 
 
@@ -53,7 +54,7 @@ def _assert_equal(a: Columns, b: Columns) -> None:
 
 def _blocks(path: Path) -> list[tuple[int, int, int]]:
     with sqlite3.connect(path) as con:
-        return con.execute(f'SELECT first_rowid, last_rowid, n FROM "{blocks.TABLE}" ORDER BY rowid').fetchall()
+        return con.execute(f'SELECT first_rowid, last_rowid, n FROM "{BLOCKS_TABLE}" ORDER BY rowid').fetchall()
 
 
 def test_a_recorded_file_loads_from_its_blocks_equal_to_its_rows(tmp_path: Path) -> None:
@@ -103,16 +104,16 @@ def test_damaged_or_missing_blocks_fall_back_to_the_rows(tmp_path: Path, damage:
     recorder.close()
     expected = load(recorder.path, columnar=False).steps
     with sqlite3.connect(recorder.path) as con:
-        last = con.execute(f'SELECT MAX(rowid) FROM "{blocks.TABLE}"').fetchone()[0]
+        last = con.execute(f'SELECT MAX(rowid) FROM "{BLOCKS_TABLE}"').fetchone()[0]
         if damage == "truncate":
-            con.execute(f'UPDATE "{blocks.TABLE}" SET data = substr(data, 1, 40) WHERE rowid = {last}')
+            con.execute(f'UPDATE "{BLOCKS_TABLE}" SET data = substr(data, 1, 40) WHERE rowid = {last}')
         elif damage == "layout":
             layout = '[["#agent","i4"],["nope","f8"]]'
-            con.execute(f'UPDATE "{blocks.TABLE}" SET layout = ? WHERE rowid = {last}', (layout,))
+            con.execute(f'UPDATE "{BLOCKS_TABLE}" SET layout = ? WHERE rowid = {last}', (layout,))
         elif damage == "delete_block":
-            con.execute(f'DELETE FROM "{blocks.TABLE}" WHERE rowid = {last}')
+            con.execute(f'DELETE FROM "{BLOCKS_TABLE}" WHERE rowid = {last}')
         else:
-            con.execute(f'DROP TABLE "{blocks.TABLE}"')  # a file recorded before blocks existed
+            con.execute(f'DROP TABLE "{BLOCKS_TABLE}"')  # a file recorded before blocks existed
     with sqlite3.connect(f"file:{recorder.path}?mode=ro", uri=True) as con:
         assert blocks.load_blocks(con) is None
     _assert_equal(load(recorder.path).steps, expected)

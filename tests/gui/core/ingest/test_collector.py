@@ -16,7 +16,7 @@ from ringscope.agent import wire
 from ringscope.agent.schema import SCHEMA_VERSION, Step
 from ringscope.gui.core.ingest.collector import Collector, CollectorError
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 
 AGENT_SCRIPT = """
@@ -174,32 +174,6 @@ def test_close_is_idempotent_and_bounded() -> None:
     collector.close()
     collector.close()
     assert time.monotonic() - started < 2.0
-
-
-def test_open_file_limit_is_raised_and_a_low_hard_limit_is_reported() -> None:
-    code = (
-        "import logging, resource\n"
-        "logging.basicConfig(level=logging.WARNING)\n"
-        "from ringscope.gui.core.ingest.collector import raise_open_file_limit\n"
-        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
-        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
-        "print(raise_open_file_limit(4096), flush=True)\n"
-        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 300))\n"
-        "print(raise_open_file_limit(4096), flush=True)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert out.returncode == 0, out.stderr
-    first, second = (int(v) for v in out.stdout.split())
-    assert first >= 4096 or first == resource_hard_limit()
-    assert second == 300
-    assert "open-file limit is 300" in out.stderr and "ulimit -n 4096" in out.stderr
-
-
-def resource_hard_limit() -> int:
-    import resource
-
-    return int(resource.getrlimit(resource.RLIMIT_NOFILE)[1])
 
 
 class SlowSink(ListSink):

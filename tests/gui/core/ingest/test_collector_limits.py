@@ -6,13 +6,11 @@ import logging
 import time
 from collections.abc import Callable
 
-import pytest
-
 from ringscope.agent import wire
 from ringscope.agent.schema import Step
-from ringscope.gui.core.ingest.collector import MAX_FRAME_BYTES, Collector, is_local_endpoint
+from ringscope.gui.core.analysis.info import summarize
+from ringscope.gui.core.ingest.collector import MAX_FRAME_BYTES, Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import summarize
 from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 from tests.agent import hostile
 
@@ -145,13 +143,3 @@ def test_a_plaintext_bind_beyond_loopback_warns_once(caplog) -> None:
         Collector("tcp://0.0.0.0:0").start().close()
     warnings = [r.getMessage() for r in caplog.records if "anyone" in r.getMessage()]
     assert len(warnings) == 1 and "--secure" in warnings[0]
-
-
-@pytest.mark.parametrize(("bind", "local"), [
-    ("tcp://127.0.0.1:5757", True), ("tcp://127.3.4.5:1", True), ("tcp://localhost:5757", True),
-    ("tcp://[::1]:5757", True), ("ipc:///tmp/ringscope", True), ("inproc://x", True),
-    ("tcp://0.0.0.0:5757", False), ("tcp://*:5757", False), ("tcp://10.0.0.7:5757", False),
-    ("tcp://eth0:5757", False), ("tcp://[::]:5757", False), ("tcp://example.org:5757", False),
-])
-def test_which_endpoints_count_as_local(bind: str, local: bool) -> None:
-    assert is_local_endpoint(bind) is local

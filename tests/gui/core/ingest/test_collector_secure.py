@@ -21,7 +21,7 @@ from ringscope.agent.keys import ENV_KEY, ENV_KEY_FILE, AccessKeyError, AgentKey
 from ringscope.gui.core.ingest.access import collector_keys, write_agent_token
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.launch import Launcher
-from ringscope.gui.core.launch.plan import build_commands
+from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.spec import LaunchSpec
 from tests.gui.core.ingest.test_collector import ListSink, wait_for
 

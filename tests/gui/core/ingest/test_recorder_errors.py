@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ringscope.agent import wire
 from ringscope.agent.schema import Step
+from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load, summarize
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
 from ringscope.gui.core.report.model import ingest_quality_rows
 from tests.agent import hostile

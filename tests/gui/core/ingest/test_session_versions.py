@@ -10,7 +10,7 @@ import pytest
 from ringscope.agent import wire
 from ringscope.agent.schema import Heartbeat, Hello
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import SessionFileError, load
+from ringscope.gui.core.ingest.session_reader import SessionFileError, load
 
 
 def _file(path: Path) -> None:
@@ -50,7 +50,8 @@ def test_columns_read_in_bulk_equal_the_careful_path_and_text_in_a_number_column
     import numpy as np
 
     from ringscope.agent.schema import Step
-    from ringscope.gui.core.ingest import session
+    from ringscope.gui.core.ingest import session_reader
+    from ringscope.gui.core.session_data import columns_from_rows
 
     path = tmp_path / "s.db"
     recorder = Recorder(path).start()
@@ -59,7 +60,7 @@ def test_columns_read_in_bulk_equal_the_careful_path_and_text_in_a_number_column
     recorder.on_batch(wire.Batch("a", 0, 1.9995, (1, 2), steps), 2.0)
     recorder.close()
     con = sqlite3.connect(path)
-    careful = session.columns_from_rows("step", [row[2:] for row in session._select(con, "step")])
+    careful = columns_from_rows("step", [row[2:] for row in session_reader._select(con, "step")])
     bulk = load(path).steps
     for name, column in careful.items():
         assert np.array_equal(column, bulk[name], equal_nan=True) if column.dtype != object else \

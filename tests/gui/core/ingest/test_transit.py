@@ -6,10 +6,10 @@ import json
 import sqlite3
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ringscope.gui.core.ingest import transit
+from ringscope.gui.core.ingest.session_schema import INSERTS, TABLES
 
 
 def test_queueing_delay_is_measured_above_the_smallest_transit_so_clock_offsets_cancel() -> None:
@@ -37,30 +37,9 @@ def test_the_table_round_trips_through_sqlite_and_damaged_rows_cost_only_themsel
     path = tmp_path / "s.db"
     with sqlite3.connect(path) as connection:
         assert transit.load(connection) == {}  # a file of an older version: no table, no figures
-        connection.execute(transit.CREATE)
-        connection.executemany(transit.INSERT, tracker.rows({"a", "nobody"}))
-        connection.execute(transit.INSERT, ("broken", 3, 0.1, "not json"))
+        connection.execute(TABLES["transit"])
+        connection.executemany(INSERTS["transit"], tracker.rows({"a", "nobody"}))
+        connection.execute(INSERTS["transit"], ("broken", 3, 0.1, "not json"))
     with sqlite3.connect(path) as connection:
         loaded = transit.load(connection)
     assert set(loaded) == {"a"} and loaded["a"].messages == 10 and sum(loaded["a"].counts) == 10
-
-
-def test_a_session_from_a_host_whose_clock_is_off_loads_on_the_collectors_clock(tmp_path: Path) -> None:
-    from ringscope.agent import wire
-    from ringscope.agent.schema import Step
-    from ringscope.gui.core.ingest.recorder import Recorder
-    from ringscope.gui.core.ingest.session import load
-
-    path = tmp_path / "skew.db"
-    recorder = Recorder(path).start()
-    for seq in range(5):  # agent "b" runs 2 s ahead; both steps k end at collector time 100 + k
-        now = 100.0 + seq
-        recorder.on_batch(wire.Batch("a", seq, now - 0.0003, (1, 2), [Step(0, seq, now - 0.5, now, 0.5)]), now)
-        recorder.on_batch(wire.Batch("b", seq, now + 2.0 - 0.0004, (1, 2),
-                                     [Step(1, seq, now + 1.5, now + 2.0, 0.5)]), now)
-    recorder.close()
-    data = load(path)
-    assert set(data.counters["clock_offsets"]) == {"b"}  # 0.3 ms is the path, not a clock: "a" is left alone
-    ends = {r: data.steps_of(r)["end_s"] for r in (0, 1)}
-    assert np.abs(ends[0] - ends[1]).max() < 0.001
-    assert np.array_equal(ends[0], 100.0 + np.arange(5))

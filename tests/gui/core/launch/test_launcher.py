@@ -22,7 +22,6 @@ from ringscope.gui.core.launch import (
     ManagedProcess,
     OutputBuffer,
     build_commands,
-    check_bindable,
     demo_spec,
     option_for,
     options_for,
@@ -157,18 +156,6 @@ def test_mwms_port_in_use_is_rejected(tmp_path: Path) -> None:
         spec = LaunchSpec(kind="tf_multi_worker", trainer=script, processes=2, base_port=busy)
         errors = validate(spec)
         assert any(f"port {busy}" in e and "in use" in e and "worker 0" in e for e in errors), errors
-
-
-def test_collector_port_in_use_is_reported() -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        endpoint = f"tcp://127.0.0.1:{holder.getsockname()[1]}"
-        message = check_bindable(endpoint)
-        assert message is not None and "in use" in message and endpoint in message
-    assert check_bindable(endpoint) is None  # released: bindable again
-    assert "malformed" in (check_bindable("tcp://127.0.0.1:notaport") or "")
-    assert any("collector endpoint" in e for e in validate(LaunchSpec(kind="script", trainer=__file__), "udp://x"))
 
 
 def test_env_lines_parse_and_report() -> None:

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from ringscope.gui.core.launch import LaunchSpec, build_commands, validate
-from ringscope.gui.core.launch.remote import STOP_CODE, check_host, host_port, remote_shell_command, remote_stop_plans
+from ringscope.gui.core.launch.remote import (
+    STOP_CODE,
+    WATCHDOG_CODE,
+    check_host,
+    host_port,
+    remote_shell_command,
+    remote_stop_plans,
+)
 
 ENDPOINT = "tcp://10.0.0.1:5757"
 HOSTS = ("node-0", "node-1")
@@ -103,10 +110,12 @@ def test_ddp_gives_one_ssh_client_per_host_running_torchrun_with_a_c10d_rendezvo
         assert "StrictHostKeyChecking=accept-new" in argv and argv[argv.index("-i") + 1] == str(key)
         assert argv[-3:-1] == ["--", f"alice@{HOSTS[index]}"]
         words = remote_words(argv)
-        assert words[:5] == ["cd", str(tmp_path), "||", "exit", "1;"] and words[5:7] == ["exec", "env"]
+        assert words[:5] == ["cd", str(tmp_path), "||", "exit", "1;"]
+        # the host's watchdog runs the command (see test_remote_watchdog)
+        assert words[5:13] == ["exec", sys.executable, "-c", WATCHDOG_CODE, "run-7", HOSTS[index], "5", "env"]
         assert {f"RINGSCOPE_HOST={HOSTS[index]}", "RINGSCOPE_RUN_ID=run-7", f"RINGSCOPE_ENDPOINT={ENDPOINT}",
                 "PYTHONUNBUFFERED=1", "RINGSCOPE_KEY=secret", "GLOO_SOCKET_IFNAME=eth0"} <= set(words)
-        torchrun = words[words.index(sys.executable):]
+        torchrun = words[words.index(sys.executable, 7):]
         assert torchrun[:13] == [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
                                  "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node-0:29400", "--rdzv-id",
                                  "run-7"]
@@ -133,7 +142,9 @@ def test_several_processes_per_host_run_together_and_the_first_failure_is_the_ex
     spec = ddp_spec(kind="script", trainer=str(script), options={}, processes=2, working_dir=str(tmp_path),
                     zero_code=False)
     plans = build_commands(spec, ENDPOINT)
-    words = remote_words(plans[1].argv)
+    watched = remote_words(plans[1].argv)
+    assert watched[-3:-1] == ["sh", "-c"]  # the watchdog runs one shell that runs the host's processes
+    words = shlex.split(watched[-1])
     assert [w for w in words if w.startswith(("RANK=", "WORLD_SIZE=", "NODE_RANK=", "MASTER_ADDR="))] == [
         "RANK=2", "WORLD_SIZE=4", "NODE_RANK=1", "MASTER_ADDR=node-0", "RANK=3", "WORLD_SIZE=4", "NODE_RANK=1",
         "MASTER_ADDR=node-0"]
@@ -185,13 +196,3 @@ def test_the_stop_code_ends_the_runs_processes_of_one_host_only_and_forces_what_
         process.wait(timeout=5)
     assert [marked[0].returncode, marked[1].returncode] == [-signal.SIGTERM, -signal.SIGKILL]
     assert marked[2].poll() is None  # node-1's process is not node-0's to stop
-
-
-def test_the_collector_is_given_to_other_hosts_by_this_machines_name_when_it_listens_everywhere() -> None:
-    import socket
-
-    from ringscope.gui.core.launch import remote_endpoint
-
-    assert remote_endpoint("tcp://0.0.0.0:5757") == f"tcp://{socket.getfqdn()}:5757"
-    assert remote_endpoint("tcp://*:6000") == f"tcp://{socket.getfqdn()}:6000"
-    assert remote_endpoint("tcp://10.1.2.3:5757") is None  # the bound address itself is the one to give

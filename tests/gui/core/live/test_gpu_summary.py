@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringscope.agent.schema import GpuSample
+from ringscope.gui.core.analysis.quantiles import column_percentiles
 from ringscope.gui.core.live import gpu_summary
 from ringscope.gui.core.live.store import LiveStore
 from tests.gui.core.live.test_store import T0, batch
@@ -30,8 +31,8 @@ def test_many_gpus_get_a_summary_equal_to_binning_every_series_and_few_get_none(
     snap = store.snapshot(now_s=now)
     summary = snap.gpu_summary
     assert summary is not None and summary.end_s == now
-    expected = gpu_summary.column_percentiles(gpu_summary.bin_series([(g.ts_s, g.util_pct) for g in snap.gpus], now),
-                                              gpu_summary.QUANTILES)
+    expected = column_percentiles(gpu_summary.bin_series([(g.ts_s, g.util_pct) for g in snap.gpus], now),
+                                  gpu_summary.QUANTILES)
     np.testing.assert_array_equal(summary.band, expected)
     assert summary.band.shape == (3, gpu_summary.WINDOW_S) and np.isfinite(summary.band[:, -100:]).all()
     np.testing.assert_array_equal(summary.util_pct, [g.util_pct[-1] for g in snap.gpus])

@@ -14,7 +14,7 @@ import pytest
 from ringscope.agent.simulate import run_cluster
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.live.live_analysis import LiveAnalyzer
 from ringscope.gui.core.live.store import LiveStore
 

@@ -174,20 +174,6 @@ def test_first_batch_is_kept_out_of_steady_pictures_but_updates_the_table() -> N
     assert np.all(np.isnan(snap.heat_data_wait_share))
 
 
-def test_to_session_data_holds_recent_steps_and_samples() -> None:
-    store = LiveStore()
-    feed_cluster(store, 3, 10)
-    store.on_batch(batch("g", [GpuSample(T0, "h", 0, util_pct=5.0)]), T0)
-    data = store.to_session_data()
-    assert data.ranks == [0, 1, 2]
-    assert len(data.steps["step"]) == 30
-    own = data.steps_of(2)
-    assert list(own["step"]) == list(range(10))
-    assert np.allclose(own["start_s"], own["end_s"] - own["step_s"])
-    assert data.gpu["util_pct"][0] == 5.0 and data.gpu["host"][0] == "h"
-    assert math.isnan(data.steps["loss"][0])
-
-
 def test_concurrent_ingest_and_snapshots_do_not_break() -> None:
     store = LiveStore()
     stop = time.monotonic() + 1.0
@@ -283,29 +269,6 @@ def test_snapshot_module_is_the_same_types() -> None:
 
     assert snapshot.Snapshot is __import__("ringscope.gui.core.live.store", fromlist=["Snapshot"]).Snapshot
     assert snapshot.find_live_straggler is find_live_straggler and snapshot.STATE_LOST == STATE_LOST
-
-
-def test_a_run_longer_than_the_ring_is_kept_whole_at_a_coarser_resolution() -> None:
-    store = LiveStore(bucket_s=1.0, buckets=60)
-    for r in range(2):
-        store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), T0)
-    steps = 2000  # 200 s of 0.1 s steps: more than 3x the 60 one-second buckets
-    for k in range(steps):
-        end = T0 + (k + 1) * 0.1
-        store.on_batch(batch("a0", [step(0, k, end, comm=0.05)], seq=k + 1), end)
-        store.on_batch(batch("a1", [step(1, k, end, comm=0.001)], seq=k + 1), end)
-    snap = store.snapshot(now_s=T0 + steps * 0.1)
-    assert snap.bucket_s == 4.0  # 1 -> 2 -> 4 s: 200 s fit in 60 buckets
-    used = np.isfinite(snap.cluster_phase_s["step"])  # buckets holding steps
-    assert used.sum() == 51  # 200 s in 4 s buckets (T0 is not on a bucket edge: one more)
-    assert snap.bucket_start_s[used].min() <= T0 + 0.2  # the run's first seconds are still there
-    assert snap.bucket_start_s[used].max() >= T0 + 196
-    assert snap.counters["late_steps"] == 0
-    # nothing was lost in the merges: every steady step is in some bucket, and the shares are unchanged
-    heat = snap.heat_comm_exposed_share[:, used]
-    assert np.nanmedian(heat[0]) == pytest.approx(0.05 / 0.1, rel=1e-3)
-    assert np.nanmedian(heat[1]) == pytest.approx(0.001 / 0.1, rel=1e-3)
-    assert np.all(snap.cluster_phase_s["step"][used] == pytest.approx(0.1, rel=1e-4))
 
 
 @pytest.mark.parametrize("slow", [None, 2])

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ringscope.agent.schema import Heartbeat
+from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import load, summarize
+from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.live.runs import LiveRuns
 from ringscope.gui.core.live.watch import RunWatcher
 from ringscope.gui.core.report import build_report

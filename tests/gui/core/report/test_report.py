@@ -169,7 +169,7 @@ def test_hours_are_written_for_people_at_every_scale() -> None:
 
 
 def test_a_session_with_two_runs_exports_one_part_per_run(tmp_path: Path) -> None:
-    from ringscope.gui.core.ingest.session import load
+    from ringscope.gui.core.ingest.session_reader import load
     from ringscope.gui.core.report import export
     from tests.gui.core.analysis.test_runs import _record
 

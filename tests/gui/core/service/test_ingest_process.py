@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from ringscope import agent
-from ringscope.gui.core.ingest.session import load as load_session
-from ringscope.gui.core.service.client import IngestError, IngestProcess, RemoteRuns
+from ringscope.gui.core.ingest.session_reader import load as load_session
+from ringscope.gui.core.service.process import IngestError, IngestProcess
+from ringscope.gui.core.service.remote import RemoteRuns
 from ringscope.gui.core.service.server import IngestSetup
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -82,7 +83,8 @@ def test_a_bind_that_fails_is_a_clear_error_and_no_process_is_left(tmp_path: Pat
 
 def test_an_aborted_ingest_process_is_reported_and_its_recording_keeps_what_was_committed(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path))).start()
+    # not restarted (test_ingest_restart.py restarts it): what the window sees of a process that stays gone
+    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path)), max_restarts=0).start()
     runs = RemoteRuns(ingest, 5.0)
     _send_steps(ingest.endpoint, "r1", ranks=2, steps=30)
 
@@ -106,7 +108,7 @@ def test_an_aborted_ingest_process_is_reported_and_its_recording_keeps_what_was_
 
 WINDOW = """
 import sys, time
-from ringscope.gui.core.service.client import IngestProcess
+from ringscope.gui.core.service.process import IngestProcess
 from ringscope.gui.core.service.server import IngestSetup
 ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=sys.argv[1], orphan_quiet_s=1.5)).start()
 print(ingest.endpoint, ingest.pid, flush=True)

@@ -15,7 +15,7 @@ from ringscope.gui.core.sweep.runner import RESULT_PREFIX, RunOutcome
 from ringscope.trainers import common
 from tests.gui.core.analysis.test_analysis import ALLREDUCE_S, COMPUTE_S, DATA_S, OTHER_S, SAMPLES, make_session
 
-PLAN = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60)
+PLAN = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60, device="cpu")
 
 
 def _footing(**changes: Any) -> dict[str, Any]:

@@ -47,15 +47,15 @@ def test_bad_values_say_what_was_seen_and_what_is_accepted(parse, text, words) -
 
 
 def test_a_plan_this_machine_can_run_has_no_problems() -> None:
-    plan = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60, comm_delays={"ddp:2": 40.0})
+    plan = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60, comm_delays={"ddp:2": 40.0}, device="cpu")
     assert problems(plan, cpu_count=2, gpu_count=0) == []
 
 
 def test_refusals_name_the_value_and_the_fix() -> None:
-    assert problems(SweepPlan(("ddp",), (2, 4)), cpu_count=8, gpu_count=0) == [
+    assert problems(SweepPlan(("ddp",), (2, 4), device="cpu"), cpu_count=8, gpu_count=0) == [
         "--ranks 2,4 has no 1: scaling efficiency is throughput(N) / (N x throughput(1)), so every sweep needs a "
         "1-rank run; add 1 (e.g. --ranks 1,2,4)"]
-    (cpu,) = problems(SweepPlan(("ddp",), (1, 2, 4)), cpu_count=2, gpu_count=0)
+    (cpu,) = problems(SweepPlan(("ddp",), (1, 2, 4), device="cpu"), cpu_count=2, gpu_count=0)
     assert cpu.startswith("--ranks 1,2,4: a CPU run of 4 ranks needs 4 cores (one per rank) and this machine has 2")
     (gpu,) = problems(SweepPlan(("ddp",), (1, 8), device="gpu"), cpu_count=64, gpu_count=4)
     assert "needs 8 GPUs (one per rank) and this machine has 4" in gpu and "--device cpu" in gpu
@@ -66,7 +66,8 @@ def test_refusals_name_the_value_and_the_fix() -> None:
 
 def test_injected_delays_must_name_a_ddp_configuration_of_the_sweep() -> None:
     def refusal(delays: dict[str, float]) -> list[str]:
-        return problems(SweepPlan(("ddp", "tf-mirrored"), (1, 2), comm_delays=delays), cpu_count=2, gpu_count=0)
+        plan = SweepPlan(("ddp", "tf-mirrored"), (1, 2), comm_delays=delays, device="cpu")
+        return problems(plan, cpu_count=2, gpu_count=0)
 
     assert refusal({"tf-mirrored:2": 10}) == ["--comm-delay-ms-for tf-mirrored:2: only the ddp trainer can delay its "
                                               "all-reduce"]
@@ -76,20 +77,21 @@ def test_injected_delays_must_name_a_ddp_configuration_of_the_sweep() -> None:
 
 
 def test_a_bad_trainer_option_is_said_once_for_every_configuration_it_applies_to() -> None:
-    errors = problems(SweepPlan(("ddp", "tf-mirrored"), (1, 2), model_width=100_000), cpu_count=2, gpu_count=0)
+    plan = SweepPlan(("ddp", "tf-mirrored"), (1, 2), model_width=100_000, device="cpu")
+    errors = problems(plan, cpu_count=2, gpu_count=0)
     assert errors == ["ddp:1, ddp:2, tf-mirrored:1, tf-mirrored:2: --model-width: 100000 is out of range; expected "
                       "int in [1, 65536]"]
 
 
 def test_configurations_run_framework_by_framework_fewest_ranks_first() -> None:
-    plan = SweepPlan(("tf-mirrored", "ddp"), (1, 2), comm_delays={"ddp:2": 40.0})
+    plan = SweepPlan(("tf-mirrored", "ddp"), (1, 2), comm_delays={"ddp:2": 40.0}, device="cpu")
     assert plan.configurations() == [Configuration("tf-mirrored", 1), Configuration("tf-mirrored", 2),
                                      Configuration("ddp", 1), Configuration("ddp", 2, 40.0)]
 
 
 def test_every_configuration_gets_the_same_model_data_and_batch() -> None:
     plan = SweepPlan(("ddp", "tf-mirrored", "tf-multi-worker"), (1, 2), steps=60, model_width=128, batch_size=16,
-                     dataset="synthetic")
+                     dataset="synthetic", device="cpu")
     options = [trainer_options(plan, c) for c in plan.configurations()]
     shared = [{k: v for k, v in o.items() if k != "device"} for o in options]
     assert all(s == shared[0] for s in shared)
@@ -100,7 +102,8 @@ def test_every_configuration_gets_the_same_model_data_and_batch() -> None:
 
 
 def test_processes_are_the_launchers_with_the_delay_on_the_delayed_configuration_only() -> None:
-    plan = SweepPlan(("ddp", "tf-mirrored", "tf-multi-worker"), (1, 2), steps=60, comm_delays={"ddp:2": 40.0})
+    plan = SweepPlan(("ddp", "tf-mirrored", "tf-multi-worker"), (1, 2), steps=60, comm_delays={"ddp:2": 40.0},
+                     device="cpu")
     plain = process_plans(plan, Configuration("ddp", 1), "run-1", ENDPOINT)
     delayed = process_plans(plan, Configuration("ddp", 2, 40.0), "run-2", ENDPOINT)
     assert len(plain) == len(delayed) == 1

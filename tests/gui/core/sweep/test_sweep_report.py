@@ -15,7 +15,7 @@ from ringscope.gui.core.sweep import CSV_COLUMNS, SweepPlan, SweepReport, csv_te
 from ringscope.gui.core.sweep.advice import recommend
 from ringscope.gui.core.sweep.analysis import Footing, SweepRow, with_efficiency
 
-PLAN = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60)
+PLAN = SweepPlan(("ddp", "tf-mirrored"), (1, 2), steps=60, device="cpu")
 REQUIRED = ("framework", "ranks", "global_batch", "steps", "samples_per_s", "efficiency", "data_wait_share",
             "compute_share", "allreduce_stall_share", "other_share", "bytes_per_step", "cost_per_1000_samples",
             "waiting_cost")

@@ -31,6 +31,7 @@ def script(tmp_path: Path) -> str:
 
 
 def _plan(script: str, frameworks: tuple[str, ...] = ("ddp",), **changes: object) -> SweepPlan:
+    changes = {"device": "cpu", **changes}
     return SweepPlan(frameworks, (1, 2), script=script, script_args=("--epochs", "1"), **changes)  # type: ignore[arg-type]
 
 

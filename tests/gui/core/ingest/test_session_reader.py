@@ -12,7 +12,7 @@ import pytest
 from ringscope.agent import wire
 from ringscope.agent.schema import SCHEMA_VERSION, Event, Health, Hello, Step
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.session import SessionFileError, load, summarize
+from ringscope.gui.core.ingest.session_reader import SessionFileError, load
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 
 
@@ -51,16 +51,6 @@ def test_load_returns_columns_agents_events_and_counters(tmp_path: Path) -> None
     assert counters["dropped_by_agent"] == {"a0": 4, "a1": 5} and counters["dropped_by_agents"] == 9
 
 
-def test_summary_has_what_info_prints(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    _record(path)
-    summary = summarize(path)
-    assert summary["run_ids"] == ["run-1"] and summary["steps_per_rank"] == {"0": 50, "1": 50}
-    assert summary["events"] == {"checkpoint_saved": 2} and summary["rejected"] == {"version": 1}
-    assert summary["time_span"]["start_s"] == 10.0 and summary["file_bytes"] > 0
-    assert {a["host"] for a in summary["agents"]} == {"host0", "host1"} and summary["complete"] is True
-
-
 def test_a_file_still_being_written_can_be_read(tmp_path: Path) -> None:
     path = tmp_path / "live.db"
     recorder = _record(path, close=False)
@@ -69,7 +59,7 @@ def test_a_file_still_being_written_can_be_read(tmp_path: Path) -> None:
         while recorder.rows_written < 104 and time.monotonic() < deadline:
             time.sleep(0.02)
         data = load(path)
-        assert len(data.steps["rank"]) == 100 and summarize(path)["complete"] is False
+        assert len(data.steps["rank"]) == 100
     finally:
         recorder.close()
 

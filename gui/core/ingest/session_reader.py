@@ -1,10 +1,5 @@
-"""Session files: their SQLite layout (shared with the recorder) and reading them back as ``SessionData``.
-
-Layout, derived from ``ringscope.agent.schema.FIELDS``: one table per record kind (named after the kind) with columns
-``agent_id``, ``recv_s`` and the schema fields (list fields as JSON text); ``meta`` (key/value: format, schema
-version, created, run ids, ringscope version, ingest counters, write errors), ``gaps`` (``kind`` "lost": skipped
-sequence numbers; "joined_late": what an agent sent before this recorder's collector heard from it), ``sequences``
-(per agent: first and last sequence number, messages, records) and ``rejections``.
+"""Reading session files back as ``SessionData``, by their schema (``session_schema``), on the collector's clock
+(``clocks``).
 
 What it must never do: modify a session file, or let a bad file surface as anything but ``SessionFileError`` with a
 message a user can act on. Works on a file that is still being written (WAL) and on one whose writer was killed.
@@ -14,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,66 +16,17 @@ from typing import Any, Final
 
 import numpy as np
 
-from ringscope.agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, EventKind, Hello
-from ringscope.gui.core.analysis.runs import runs_of
+from ringscope.agent.schema import FIELDS, KIND_SINCE, SCHEMA_VERSION, Event, Hello
 from ringscope.gui.core.ingest import blocks, transit
+from ringscope.gui.core.ingest.clocks import align_clocks, clock_offsets
+from ringscope.gui.core.ingest.session_schema import FORMAT_NAME, meta_int
 from ringscope.gui.core.session_data import Columns, SessionData, columns_from_rows
 
-FORMAT_NAME: Final[str] = "ringscope-session"
 _SQLITE_MAGIC: Final[bytes] = b"SQLite format 3\x00"
-
-INDEXES: Final[tuple[str, ...]] = (
-    'CREATE INDEX IF NOT EXISTS "step_rank_step" ON "step"("rank", "step")',
-    'CREATE INDEX IF NOT EXISTS "gpu_ts" ON "gpu"("ts_s")',
-    'CREATE INDEX IF NOT EXISTS "host_ts" ON "host"("ts_s")',
-)
-"""Built by the recorder at close, never while recording."""
-
-ENVELOPE_COLUMNS: Final[tuple[str, ...]] = ("agent_id", "recv_s")
-"""Leading columns of every record table: who sent the message, when it arrived (``time.time()``)."""
 
 
 class SessionFileError(ValueError):
     """A file that cannot be read as a Ringscope session; the message names the file and what is wrong."""
-
-
-# ---- Layout (used by the recorder) -------------------------------------------------------------------------------
-
-
-def stored_positions(kind: str) -> tuple[int, ...]:
-    """Indices of a kind's schema fields that get their own column.
-
-    A field named like an envelope column (``Hello.agent_id``) is stored once, in the envelope column: agents
-    put the same id in both, and a table cannot have two columns of one name.
-    """
-    return tuple(i for i, spec in enumerate(FIELDS[kind]) if spec.name not in ENVELOPE_COLUMNS)
-
-
-def create_statements() -> list[str]:
-    """CREATE TABLE statements for a new session file."""
-    statements = [
-        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
-        "CREATE TABLE IF NOT EXISTS gaps (agent_id TEXT, expected_seq INTEGER, got_seq INTEGER, missing INTEGER, "
-        "ts_s REAL, kind TEXT)",
-        "CREATE TABLE IF NOT EXISTS sequences (agent_id TEXT PRIMARY KEY, first_seq INTEGER, last_seq INTEGER, "
-        "messages INTEGER, records INTEGER, first_recv_s REAL, last_recv_s REAL)",
-        "CREATE TABLE IF NOT EXISTS rejections (reason TEXT, detail TEXT, ts_s REAL, size_bytes INTEGER)",
-        # how runs started from the window's launcher ended (stopped / failed / finished, exit code): the agents
-        # cannot say it themselves
-        "CREATE TABLE IF NOT EXISTS launches (run_id TEXT, state TEXT, exit_code INTEGER, ts_s REAL, detail TEXT)",
-    ]
-    for kind, specs in FIELDS.items():
-        columns = ", ".join(f'"{specs[i].name}" {specs[i].sql_type}' for i in stored_positions(kind))
-        statements.append(f'CREATE TABLE IF NOT EXISTS "{kind}" (agent_id TEXT, recv_s REAL, {columns})')
-    statements.append(blocks.CREATE)
-    statements.append(transit.CREATE)
-    return statements
-
-
-def insert_statement(kind: str) -> str:
-    """INSERT statement for one record kind's table (agent_id, recv_s, then fields in schema order)."""
-    count = len(stored_positions(kind)) + len(ENVELOPE_COLUMNS)
-    return f'INSERT INTO "{kind}" VALUES ({", ".join("?" * count)})'
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -111,59 +56,8 @@ def load(path: str | Path, *, columnar: bool = True) -> SessionData:
         except sqlite3.DatabaseError as exc:
             raise _damaged(path, exc) from None
     data.counters["meta"] = meta
-    transit.align_clocks(data, transit.clock_offsets(data.counters.get("transit") or {}))
+    align_clocks(data, clock_offsets(data.counters.get("transit") or {}))
     return data
-
-
-def summarize(path: str | Path) -> dict[str, Any]:
-    """What ``ringscope info`` prints: run ids, ranks, steps per rank, time span, losses, events, agents, size."""
-    path = Path(path)
-    data = load(path)
-    steps = data.steps
-    ranks = steps["rank"]
-    per_rank: dict[str, int] = {}
-    if len(ranks):
-        values, counts = np.unique(ranks[~np.isnan(ranks)].astype(np.int64), return_counts=True)
-        per_rank = {str(int(r)): int(c) for r, c in zip(values, counts, strict=True)}
-    times = np.concatenate([steps["start_s"], steps["end_s"], data.gpu["ts_s"], data.host["ts_s"]])
-    times = times[~np.isnan(times)]
-    meta = data.counters["meta"]
-    counters = {k: v for k, v in data.counters.items() if k != "meta"}
-    return {
-        "path": str(path),
-        "file_bytes": _file_bytes(path),
-        "schema_version": meta.get("schema_version"),
-        "ringscope_version": meta.get("ringscope_version"),
-        "complete": "closed_s" in meta,
-        "run_ids": sorted({h.run_id for h in data.agents} | set(json.loads(meta.get("run_ids", "[]")))),
-        "runs": [run.to_json() for run in runs_of(data)],
-        "hangs": _hangs(data),
-        "ranks": data.ranks,
-        "world_size": data.world_size,
-        "steps_per_rank": per_rank,
-        "steps_total": len(ranks),
-        "time_span": {
-            "start_s": float(times.min()) if len(times) else None,
-            "end_s": float(times.max()) if len(times) else None,
-            "duration_s": float(times.max() - times.min()) if len(times) else 0.0,
-        },
-        "gaps": counters.get("gaps", 0),
-        "missing_messages": counters.get("missing_messages", 0),
-        "joined_late": counters.get("joined_late", []),
-        "missing_before_join": counters.get("missing_before_join", 0),
-        "dropped_by_agents": counters.get("dropped_by_agents", 0),
-        "recorder_dropped_records": counters.get("recorder_dropped_records", 0),
-        "write_errors": counters.get("write_errors", 0),
-        "last_write_error": counters.get("last_write_error"),
-        "sequences": counters.get("sequences", {}),
-        "rejected": counters.get("rejected", {}),
-        "events": dict(Counter(e.event for e in data.events)),
-        "agents": [
-            {"agent_id": h.agent_id, "host": h.host, "pid": h.pid, "ranks": h.ranks, "framework": h.framework,
-             "strategy": h.strategy, "backend": h.backend, "run_id": h.run_id}
-            for h in data.agents
-        ],
-    }
 
 
 # ---- Reading -----------------------------------------------------------------------------------------------------
@@ -226,14 +120,6 @@ def _meta(connection: sqlite3.Connection, path: Path) -> dict[str, str]:
     if missing:
         raise SessionFileError(f"{path} is missing the table(s) {', '.join(missing)}; the file is damaged")
     return meta
-
-
-def _hangs(data: SessionData) -> list[dict[str, Any]]:
-    """The hang events the app recorded (a run stopped completing steps), with the run they belong to."""
-    run_of = {h.agent_id: h.run_id for h in data.agents}
-    return [{"run_id": run_of.get(agent, ""), "ts_s": event.ts_s, "rank": event.rank, "step": event.step,
-             "stalled_s": event.duration_s, "text": event.text}
-            for event, agent in zip(data.events, data.event_agents, strict=False) if event.event == EventKind.HANG]
 
 
 def _minor(version: str) -> int:
@@ -325,16 +211,10 @@ def _events(connection: sqlite3.Connection) -> tuple[list[Event], list[str]]:
 
 def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str, Any]:
     """Ingest counters as committed with the rows (a killed recorder's file has them up to its last commit)."""
-    def meta_int(key: str) -> int:
-        try:
-            return int(meta.get(key, "0"))
-        except ValueError:
-            return 0
-
     tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     losses = _losses(connection, tables)
-    gaps = max(losses["gaps"], meta_int("gaps"))  # meta also counts gap rows a full recorder queue did not store
-    missing = max(losses["missing_messages"], meta_int("missing_messages"))
+    gaps = max(losses["gaps"], meta_int(meta, "gaps"))  # meta also counts gap rows a full recorder queue did not store
+    missing = max(losses["missing_messages"], meta_int(meta, "missing_messages"))
     try:
         rejected = {str(k): int(v) for k, v in json.loads(meta.get("rejected", "{}")).items()}
     except (ValueError, AttributeError):
@@ -352,15 +232,22 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
         for run_id, state, code, ts_s, detail in connection.execute(
                 "SELECT run_id, state, exit_code, ts_s, detail FROM launches ORDER BY rowid"):
             launches[str(run_id)] = {"state": state, "exit_code": code, "ts_s": ts_s, "detail": detail}
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    if "attempts" in tables:  # files of older versions have none
+        for run_id, number, event, ts_s, reason, code, detail in connection.execute(
+                "SELECT run_id, attempt, event, ts_s, reason, exit_code, detail FROM attempts ORDER BY rowid"):
+            attempts.setdefault(str(run_id), []).append({"attempt": number, "event": event, "ts_s": ts_s,
+                                                         "reason": reason, "exit_code": code, "detail": detail})
     return {
         "launches": launches,
-        "messages": meta_int("messages"),
-        "records": meta_int("records"),
+        "attempts": attempts,
+        "messages": meta_int(meta, "messages"),
+        "records": meta_int(meta, "records"),
         "gaps": int(gaps),
         "missing_messages": int(missing),
         "joined_late": losses["joined_late"],
-        "missing_before_join": max(losses["missing_before_join"], meta_int("missing_before_join")),
-        "write_errors": meta_int("write_errors"),
+        "missing_before_join": max(losses["missing_before_join"], meta_int(meta, "missing_before_join")),
+        "write_errors": meta_int(meta, "write_errors"),
         "last_write_error": meta.get("last_write_error") or None,
         "sequences": {str(agent_id): {"first_seq": first, "last_seq": last, "messages": messages}
                       for agent_id, first, last, messages in connection.execute(
@@ -369,8 +256,8 @@ def _counters(connection: sqlite3.Connection, meta: dict[str, str]) -> dict[str,
         "transit": transit.load(connection),
         "rejected": rejected,
         "rejected_total": sum(rejected.values()),
-        "skipped_records": meta_int("skipped_records"),
-        "recorder_dropped_records": meta_int("recorder_dropped_records"),
+        "skipped_records": meta_int(meta, "skipped_records"),
+        "recorder_dropped_records": meta_int(meta, "recorder_dropped_records"),
         "agents": len({row[0] for row in connection.execute('SELECT DISTINCT agent_id FROM "hello"')} | set(drops)),
         "dropped_by_agent": drops,
         "dropped_by_agents": sum(drops.values()),
@@ -391,12 +278,3 @@ def _losses(connection: sqlite3.Connection, tables: set[str]) -> dict[str, Any]:
                 f"SELECT agent_id, got_seq FROM gaps WHERE {kind} = 'joined_late' ORDER BY rowid")]
     return {"gaps": int(gaps), "missing_messages": int(missing), "joined_late": late,
             "missing_before_join": sum(entry["messages_not_seen"] for entry in late)}
-
-
-def _file_bytes(path: Path) -> int:
-    total = 0
-    for suffix in ("", "-wal"):
-        candidate = path.with_name(path.name + suffix)
-        if candidate.exists():
-            total += candidate.stat().st_size
-    return total

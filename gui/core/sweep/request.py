@@ -1,18 +1,12 @@
-"""A sweep started from the window: the form's request, its checks, the command line it runs, and the progress lines
-that command prints.
+"""A sweep started from the window: the form's request, its checks and the command line it runs.
 
 The window runs ``python -m ringscope.gui.cli sweep ...`` as a child process (the sweep records into a session of its
-own) and
-follows it by its output: ``ringscope sweep`` prints one machine-readable line when each configuration starts and
-one when it ends, written and read here so that both sides agree::
+own) and follows it by its progress lines (``ringscope.gui.core.sweep.progress_lines``).
 
-    SWEEP config 3 of 6: ddp:2 started
-    SWEEP config 3 of 6: ddp:2 done
-    SWEEP config 4 of 6: tf-mirrored:1 failed: torchrun (pid 812) failed with exit code 1; ...
-
-``SweepRequest`` is what the dialog's form holds (every option of ``ringscope sweep``, a user script included);
-``request_errors`` checks it with the CLI's own checks (``ringscope.gui.core.sweep.plan.problems``) plus the output
-folder's, and ``sweep_argv`` is the one place its command line is written. Never imports Qt and never starts a process.
+``SweepRequest`` is what the dialog's form holds (every option of ``ringscope sweep``, a user script included, with
+the sweep's defaults from ``ringscope.gui.core.sweep.plan``); ``request_errors`` checks it with the CLI's own checks
+(``ringscope.gui.core.sweep.plan.problems``) plus the output folder's, and ``sweep_argv`` is the one place its command
+line is written. Never imports Qt and never starts a process.
 """
 
 from __future__ import annotations
@@ -22,15 +16,15 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
 
 import ringscope
 from ringscope.gui.core.sweep.plan import (
+    DEFAULTS,
     FRAMEWORKS,
-    Configuration,
+    REPORT_NAME,
+    SESSION_NAME,
     SweepPlan,
     parse_comm_delay,
     parse_frameworks,
@@ -39,99 +33,13 @@ from ringscope.gui.core.sweep.plan import (
     resolve_device,
 )
 
-if TYPE_CHECKING:
-    from ringscope.gui.core.sweep.runner import RunOutcome
-
-SESSION_NAME: Final[str] = "sweep.db"
-"""The session file a sweep writes into its folder (``ringscope.gui.commands.sweep.SESSION_NAME``; a test keeps them
-equal)."""
-REPORT_NAME: Final[str] = "sweep.html"
-PROGRESS_PREFIX: Final[str] = "SWEEP config "
-EVENTS: Final[tuple[str, ...]] = ("started", "done", "failed", "stopped")
-_LINE = re.compile(r"SWEEP config (\d+) of (\d+): ([a-z][a-z-]*):(\d+) (started|done|failed|stopped)(?:: (.*))?")
-
-
-# ---- Progress lines ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SweepProgress:
-    """One progress line: configuration ``number`` of ``total`` (``framework`` on ``ranks``) has ``event``-ed.
-
-    ``detail`` says why a configuration failed ("" otherwise).
-    """
-
-    number: int
-    total: int
-    framework: str
-    ranks: int
-    event: str
-    detail: str = ""
-
-    @property
-    def finished(self) -> bool:
-        """True for the line that ends a configuration (done, failed or stopped)."""
-        return self.event != "started"
-
-    def text(self) -> str:
-        """For people: ``config 3 of 6: ddp, 2 ranks`` (and how it ended, once it has)."""
-        ranks = f"{self.ranks} rank" + ("" if self.ranks == 1 else "s")
-        where = f"config {self.number} of {self.total}: {self.framework}, {ranks}"
-        return where if self.event == "started" else f"{where} — {self.event}"
-
-
-def format_progress(number: int, total: int, configuration: Configuration, event: str, detail: str = "") -> str:
-    """The line ``ringscope sweep`` prints for a configuration's ``event`` (one of ``EVENTS``); one line always."""
-    if event not in EVENTS:
-        raise ValueError(f"unknown sweep progress event {event!r}; expected one of {', '.join(EVENTS)}")
-    line = f"{PROGRESS_PREFIX}{number} of {total}: {configuration.label} {event}"
-    return f"{line}: {' '.join(detail.split())}" if detail.strip() else line
-
-
-def parse_progress(line: str) -> SweepProgress | None:
-    """A progress line read back (surrounding blanks ignored); None for any other line."""
-    match = _LINE.fullmatch(line.strip())
-    if match is None:
-        return None
-    number, total, framework, ranks, event, detail = match.groups()
-    return SweepProgress(int(number), int(total), framework, int(ranks), event, detail or "")
-
-
-class ProgressLines:
-    """Turns ``SweepRunner``'s callbacks into progress lines, handed to ``emit``.
-
-    The runner reports, for each configuration in order, a line when it starts (``on_progress``), its outcome
-    (``on_outcome``), then a line when it ends (``on_progress`` again); a start is a progress call made while every
-    configuration started so far has its outcome.
-    """
-
-    def __init__(self, configurations: Sequence[Configuration], emit: Callable[[str], None]) -> None:
-        self._configurations = list(configurations)
-        self._emit = emit
-        self._started = 0
-        self._ended = 0
-
-    def on_progress(self, line: str) -> None:
-        """The runner's ``on_progress``: emits the start line of the next configuration when one starts."""
-        if self._started == self._ended and self._started < len(self._configurations):
-            self._started += 1
-            self._emit(format_progress(self._started, len(self._configurations),
-                                       self._configurations[self._started - 1], "started"))
-
-    def on_outcome(self, outcome: RunOutcome) -> None:
-        """The runner's ``on_outcome``: emits how the configuration ended (done, stopped, or failed and why)."""
-        self._ended += 1
-        event = "done" if outcome.ok else "stopped" if outcome.interrupted else "failed"
-        self._emit(format_progress(self._ended, len(self._configurations), outcome.configuration, event,
-                                   "" if outcome.ok else outcome.message))
-
-
 # ---- The request from the form -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class SweepRequest:
-    """What the sweep dialog's form says: the options of ``ringscope sweep`` of the same names (and its defaults).
+    """What the sweep dialog's form says: the options of ``ringscope sweep`` of the same names (and its defaults,
+    ``ringscope.gui.core.sweep.plan.DEFAULTS``).
 
     ``ranks`` and ``script_args`` are the text typed (``1,2,4``; ``--epochs 1 --lr 0.1``), parsed by the CLI's own
     parsers when checked. ``script`` is the user's training script: None sweeps the reference trainers, "" is a
@@ -143,14 +51,14 @@ class SweepRequest:
     frameworks: tuple[str, ...]
     ranks: str
     out: str
-    steps: int = 200
-    model_width: int = 64
-    model_depth: int = 2
-    batch_size: int = 32
-    dataset: str = "digits"
-    device: str = "auto"
+    steps: int = DEFAULTS.steps
+    model_width: int = DEFAULTS.model_width
+    model_depth: int = DEFAULTS.model_depth
+    batch_size: int = DEFAULTS.batch_size
+    dataset: str = DEFAULTS.dataset
+    device: str = DEFAULTS.device
     price_per_gpu_hour: float | None = None
-    timeout_per_run_s: float = 900.0
+    timeout_per_run_s: float = DEFAULTS.timeout_per_run_s
     comm_delays: dict[str, float] = field(default_factory=dict)
     script: str | None = None
     script_args: str = ""

@@ -1,5 +1,5 @@
-"""What the store hands each frame beyond the figures: per-bucket stamps (which heat columns changed) and frame
-copies of the heat matrices that are recycled only once no snapshot holds them."""
+"""The heat matrices' frame copies (``ringscope.gui.core.live.heat_pool``, through the store that uses them): recycled
+only once no snapshot holds them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 
 from ringscope.agent import wire
 from ringscope.agent.schema import Step
+from ringscope.gui.core.live.heat_pool import oldest_first
 from ringscope.gui.core.live.store import LiveStore
 
 T0 = 1_700_000_000.0
@@ -17,26 +18,6 @@ def _steps(store: LiveStore, ranks: list[int], end: float, k: int) -> None:
     records = [Step(r, k, end - step_s, end, step_s, 0.01 * (1 + r % 3), 0.05, 0.04, 0.02 + 0.001 * r, 32)
                for r in ranks]
     store.on_batch(wire.decode(wire.encode("a", k, end, records)), end)
-
-
-def test_bucket_stamps_change_exactly_where_heat_columns_change() -> None:
-    store = LiveStore(bucket_s=1.0, buckets=10)
-    for k in range(6):
-        _steps(store, [0, 1, 2], T0 + k + 0.5, k)
-    first = store.snapshot(now_s=T0 + 6)
-    _steps(store, [0, 1, 2], T0 + 5.7, 6)  # into the newest bucket only
-    second = store.snapshot(now_s=T0 + 6.1)
-    changed = second.bucket_stamp != first.bucket_stamp  # a stamp moves when its column does, and only then
-    heat_changed = ~np.all((first.heat_data_wait_share == second.heat_data_wait_share)
-                           | (np.isnan(first.heat_data_wait_share) & np.isnan(second.heat_data_wait_share)), axis=0)
-    assert changed.tolist() == heat_changed.tolist()
-    assert changed.sum() == 1 and changed[-1]
-    _steps(store, [0, 1, 2], T0 + 2.2, 7)  # a late step into an old bucket still in the history
-    third = store.snapshot(now_s=T0 + 6.2)
-    old = np.flatnonzero(third.bucket_start_s == T0 + 2)
-    assert (third.bucket_stamp != second.bucket_stamp).tolist() == [i in old for i in range(10)]
-    used = third.bucket_stamp[third.bucket_stamp > 0]
-    assert np.unique(used).size == used.size  # a stamp names one column's contents: never two columns
 
 
 def test_frame_copies_are_never_rewritten_while_a_snapshot_holds_them() -> None:
@@ -64,3 +45,8 @@ def test_frame_copies_are_recycled_once_released() -> None:
     assert again.heat_data_wait_share.__array_interface__["data"][0] == address  # same buffer, no fresh 1 MB per frame
     np.testing.assert_array_equal(again.heat_data_wait_share, expected)
     assert not again.heat_data_wait_share.flags.writeable
+
+
+def test_oldest_first_rotates_the_ring_columns() -> None:
+    ring = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(oldest_first(ring, 1), [[1, 2, 3, 0], [5, 6, 7, 4]])

@@ -1,0 +1,208 @@
+"""The live store's time-bucket ring: per-rank phase sums over run time (ranks x buckets), what the heat maps and the
+stacked cluster columns draw.
+
+What it owns: the ring of bucket sums (``n``, step and phase seconds, how many steps reported each phase), which
+absolute bucket each column holds, the per-column derived figures (heat matrices: each rank's data-wait and exposed
+communication share; the cluster's mean step and phases) kept up to date column by column, and one stamp per column
+that changes whenever the column does, so a view redoes only those. When a run outgrows the ring the bucket width
+doubles and neighbouring buckets merge (``MAX_BUCKET_S`` at most), so the ring always covers the whole run.
+
+Locking: no lock of its own. Every method is called with the owning ``LiveStore``'s ``_lock`` held (``add`` from
+the collector thread, ``refresh`` / ``frame`` from a snapshot copy, ``load`` from a bulk reload).
+
+What it must never do: import Qt, grow with time (its size is ranks x buckets), or write 0 where nothing was
+measured (an empty bucket is NaN in the derived figures).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import numpy as np
+
+from ringscope.agent.schema import Step
+from ringscope.gui.core.live.snapshot import PHASES
+from ringscope.gui.core.session_data import Columns
+
+HEAT: Final = ("data_wait_s", "comm_exposed_s")
+"""The per-rank shares the views show as heat maps."""
+_SUMS: Final = ("n", "step_s", "data_wait_s", "compute_s", "comm_exposed_s",
+                "n_data_wait_s", "n_compute_s", "n_comm_exposed_s")
+_MEASURED: Final = ("data_wait_s", "compute_s", "comm_exposed_s")  # phases a step may leave unreported
+MAX_BUCKET_S: Final[float] = 4096.0
+"""Widest bucket a run's history is merged into; beyond that the oldest buckets leave the ring (weeks-long runs)."""
+
+
+class TimeBuckets:
+    """Ranks x ``buckets`` ring of per-bucket sums, ``bucket_s`` seconds wide at the start of a run (it doubles as
+    the run outgrows the ring). Rows are the store's rank rows; ``grow`` follows the store's row capacity."""
+
+    def __init__(self, buckets: int, bucket_s: float) -> None:
+        self.T = buckets
+        self.bucket_s = float(bucket_s)
+        self.sums: dict[str, np.ndarray] = {name: np.zeros((0, buckets), np.float32) for name in _SUMS}
+        # Derived per-cell figures (mean step, phase shares) are kept up to date column by column: only the
+        # columns written since the last snapshot are recomputed, so a frame costs O(ranks), not O(ranks x T).
+        self.heat: dict[str, np.ndarray] = {name: np.full((0, buckets), np.nan, np.float32) for name in HEAT}
+        self.cluster: dict[str, np.ndarray] = {name: np.full(buckets, np.nan) for name in ("step", *PHASES)}
+        self.dirty_cols: set[int] = set()
+        # Each column's contents get a new stamp whenever they change, so a view can redo only those columns.
+        self.col_stamp = np.zeros(buckets, np.int64)
+        self._stamp = 0
+        self.col_abs = np.full(buckets, -1, np.int64)  # which absolute bucket each column holds
+        self.head_abs = -1
+        self.first_abs = -1  # the run's earliest bucket that holds a step (-1 before the first)
+        self.samples = np.zeros(buckets)
+        self.steps = np.zeros(buckets)
+
+    def grow(self, cap: int) -> None:
+        """Room for ``cap`` rank rows (the new rows empty)."""
+        def grown(array: np.ndarray, fill: float) -> np.ndarray:
+            out = np.full((cap, self.T), fill, dtype=array.dtype)
+            out[: array.shape[0]] = array
+            return out
+
+        self.sums = {name: grown(a, 0.0) for name, a in self.sums.items()}
+        self.heat = {name: grown(a, np.nan) for name, a in self.heat.items()}
+
+    # ---- Writing (collector thread, or a bulk reload) --------------------------------------------------------------
+
+    def add(self, row: int, s: Step) -> bool:
+        """Add one step of rank row ``row``; False when it is older than the kept history (not added)."""
+        b = math.floor(s.end_s / self.bucket_s)
+        while self.first_abs >= 0 and b - self.first_abs >= self.T and self.bucket_s * 2 <= MAX_BUCKET_S:
+            self._merge()  # the run outgrew the ring: halve the resolution, keep the whole run
+            b = math.floor(s.end_s / self.bucket_s)
+        if b > self.head_abs:
+            self.dirty_cols.update(self._advance(b).tolist())
+        col = b % self.T
+        if self.col_abs[col] != b:
+            return False
+        if self.first_abs < 0 or b < self.first_abs:
+            self.first_abs = b
+        sums = self.sums
+        self.dirty_cols.add(col)
+        sums["n"][row, col] += 1
+        sums["step_s"][row, col] += s.step_s
+        for name in _MEASURED:
+            value = getattr(s, name)
+            if value is not None:
+                sums[name][row, col] += value
+                sums["n_" + name][row, col] += 1
+        self.steps[col] += 1
+        if s.samples is not None:
+            self.samples[col] += s.samples
+        return True
+
+    def widen_to(self, span_s: float) -> None:
+        """Before a ring that has no step yet takes a recording's steps: double the bucket width until ``span_s``
+        seconds fit."""
+        if self.first_abs < 0:
+            while span_s / self.bucket_s >= self.T - 1 and self.bucket_s * 2 <= MAX_BUCKET_S:
+                self.bucket_s *= 2
+
+    def load(self, rows: np.ndarray, end: np.ndarray, cols: Columns) -> int:
+        """Add many steps at once (vectorized, ``end`` ascending), as ``add`` one by one would; returns how many
+        were older than the kept history (not added)."""
+        if not rows.size:
+            return 0
+        b = np.floor(end / self.bucket_s).astype(np.int64)
+        head = int(b.max())
+        if head > self.head_abs:
+            self._advance(head)
+        col = b % self.T
+        kept = self.col_abs[col] == b
+        late = int((~kept).sum())
+        rows, col, b = rows[kept], col[kept], b[kept]
+        if not rows.size:
+            return late
+        self.first_abs = int(b.min()) if self.first_abs < 0 else min(self.first_abs, int(b.min()))
+        sums = self.sums
+        np.add.at(sums["n"], (rows, col), 1.0)
+        np.add.at(sums["step_s"], (rows, col), cols["step_s"][kept].astype(np.float64))
+        for name in _MEASURED:
+            values = cols[name][kept].astype(np.float64)
+            have = ~np.isnan(values)
+            np.add.at(sums[name], (rows[have], col[have]), values[have])
+            np.add.at(sums["n_" + name], (rows[have], col[have]), 1.0)
+        np.add.at(self.steps, col, 1.0)
+        samples = cols["samples"][kept].astype(np.float64)
+        have = ~np.isnan(samples)
+        np.add.at(self.samples, col[have], samples[have])
+        self.dirty_cols.update(np.unique(col).tolist())
+        return late
+
+    def _advance(self, head: int) -> np.ndarray:
+        """Move the ring's head to absolute bucket ``head``: the columns it passes are emptied and returned."""
+        first = max(self.head_abs + 1, head - self.T + 1)
+        cols = np.arange(first, head + 1) % self.T
+        for array in self.sums.values():
+            array[:, cols] = 0.0
+        self.samples[cols] = 0.0
+        self.steps[cols] = 0.0
+        self.col_abs[cols] = np.arange(first, head + 1)
+        self.head_abs = head
+        return cols
+
+    def _merge(self) -> None:
+        """Double the bucket width: bucket ``a`` of the old width becomes bucket ``a // 2`` of the new one."""
+        valid = np.flatnonzero(self.col_abs >= 0)
+        new_cols = (self.col_abs[valid] // 2) % self.T
+        for name, array in self.sums.items():
+            merged = np.zeros_like(array)
+            np.add.at(merged, (slice(None), new_cols), array[:, valid])  # type: ignore[arg-type]
+            self.sums[name] = merged
+        for name in ("samples", "steps"):
+            old = getattr(self, name)
+            merged = np.zeros_like(old)
+            np.add.at(merged, new_cols, old[valid])
+            setattr(self, name, merged)
+        self.head_abs //= 2
+        # the ring holds the T buckets up to the head, as after any advance (the ones before the run stay empty)
+        self.col_abs = np.full(self.T, -1, np.int64)
+        window = np.arange(self.head_abs - self.T + 1, self.head_abs + 1)
+        self.col_abs[window % self.T] = window
+        self.first_abs //= 2
+        self.bucket_s *= 2
+        for array in self.heat.values():
+            array[:] = np.nan
+        for array in self.cluster.values():
+            array[:] = np.nan
+        self.dirty_cols.update(range(self.T))  # every column moved: the views redraw them all
+
+    # ---- Reading (a snapshot copy) ---------------------------------------------------------------------------------
+
+    def refresh(self, n: int) -> None:
+        """Recompute the derived figures of the columns written since the last call (the first ``n`` rows)."""
+        if not self.dirty_cols:
+            return
+        cols = np.fromiter(self.dirty_cols, np.int64)
+        self.dirty_cols.clear()
+        self.col_stamp[cols] = self._stamp + 1 + np.arange(cols.size)  # one stamp per column: never shared
+        self._stamp += cols.size
+        sums = {name: a[:n, cols] for name, a in self.sums.items()}
+        with np.errstate(all="ignore"):
+            step_mean = sums["step_s"] / sums["n"]
+            for name in HEAT:
+                self.heat[name][:n, cols] = (sums[name] / sums["n_" + name]) / step_mean
+            cluster = self.cluster
+            cluster["step"][cols] = sums["step_s"].sum(0) / sums["n"].sum(0)
+            for name, phase in (("data_wait_s", "data_wait"), ("compute_s", "compute"),
+                                ("comm_exposed_s", "comm_exposed")):
+                cluster[phase][cols] = sums[name].sum(0) / sums["n_" + name].sum(0)
+            cluster["other"][cols] = np.maximum(cluster["step"][cols] - cluster["data_wait"][cols]
+                                                - cluster["compute"][cols] - cluster["comm_exposed"][cols], 0.0)
+
+    @property
+    def split(self) -> int:
+        """The column of the oldest bucket (the ring's columns from here on, then from 0, are oldest first)."""
+        return (self.head_abs + 1) % self.T
+
+    def frame(self) -> dict[str, Any]:
+        """Copies of the per-bucket series for a frame, oldest bucket first."""
+        cols = (np.arange(self.T) + self.head_abs + 1) % self.T
+        return {"cluster": {name: a[cols] for name, a in self.cluster.items()},
+                "bucket_abs": self.col_abs[cols].copy(), "bucket_stamp": self.col_stamp[cols],
+                "bucket_samples": self.samples[cols].copy(), "bucket_steps": self.steps[cols].copy(),
+                "bucket_s": self.bucket_s}

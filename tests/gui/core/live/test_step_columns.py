@@ -1,0 +1,71 @@
+"""The store's steps as columns both ways (``ringscope.gui.core.live.step_columns``, through the store that uses it):
+a recording's steps loaded at once leave the state live ingest leaves, and the recent steps export as columns."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ringscope.agent import wire
+from ringscope.agent.schema import GpuSample, Hello, Step
+from ringscope.gui.core.live.step_columns import fitting_ranks
+from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.session_data import columns_from_rows
+from tests.gui.core.live.test_store import T0, batch, feed_cluster
+
+
+def _steps(ranks: int, count: int) -> list[Step]:
+    rng = np.random.default_rng(7)
+    out = []
+    for k in range(count):
+        for r in range(ranks):
+            end = T0 + (k + 1) * 0.1 + rng.uniform(0, 0.01)
+            comm = 0.001 if r == 1 else float(rng.uniform(0.02, 0.05))
+            out.append(Step(r, k, end - 0.1, end, 0.1, 0.01, 0.05, comm + 0.005, comm, 32, None, None, None, k == 0))
+    return out
+
+
+def test_bulk_load_leaves_the_same_state_as_live_ingest() -> None:
+    steps = _steps(4, 900)  # 90 s: more than the 60-bucket ring below, so both paths merge buckets
+    hello = Hello("run", "a", "h", 1, 0, 0, 4, 0, [0, 1, 2, 3], "pytorch", "ddp", None, [], "0.1.0", "1.1", T0, 0.0,
+                  T0)
+    live = LiveStore(buckets=60)
+    live.on_batch(wire.Batch("a", 0, T0, (1, 1), [hello]), T0)
+    for i in range(0, len(steps), 40):
+        live.on_batch(wire.Batch("a", 1 + i, T0, (1, 1), steps[i:i + 40]), steps[i].end_s)
+    bulk = LiveStore(buckets=60)
+    bulk.on_batch(wire.Batch("a", 0, T0, (1, 1), [hello]), T0)
+    bulk.load_steps(columns_from_rows("step", [wire.record_values(s) for s in steps]))
+    now = T0 + 91.0
+    a, b = live.snapshot(now_s=now), bulk.snapshot(now_s=now)
+    assert b.bucket_s == a.bucket_s == 2.0
+    assert a.steps_total == b.steps_total == len(steps)
+    np.testing.assert_array_equal(a.current_step, b.current_step)
+    np.testing.assert_allclose(a.recent_comm_exposed_s, b.recent_comm_exposed_s, rtol=1e-6)
+    np.testing.assert_allclose(a.step_pct_s, b.step_pct_s, rtol=1e-6)
+    used = np.isfinite(a.bucket_start_s)
+    np.testing.assert_array_equal(used, np.isfinite(b.bucket_start_s))
+    np.testing.assert_allclose(a.heat_comm_exposed_share[:, used], b.heat_comm_exposed_share[:, used], rtol=1e-5)
+    np.testing.assert_allclose(a.cluster_phase_s["step"][used], b.cluster_phase_s["step"][used], rtol=1e-5)
+    assert a.state == b.state == ("running",) * 4
+    assert a.straggler is not None and b.straggler is not None and a.straggler.rank == b.straggler.rank == 1
+
+
+def test_to_session_data_holds_recent_steps_and_samples() -> None:
+    store = LiveStore()
+    feed_cluster(store, 3, 10)
+    store.on_batch(batch("g", [GpuSample(T0, "h", 0, util_pct=5.0)]), T0)
+    data = store.to_session_data()
+    assert data.ranks == [0, 1, 2]
+    assert len(data.steps["step"]) == 30
+    own = data.steps_of(2)
+    assert list(own["step"]) == list(range(10))
+    assert np.allclose(own["start_s"], own["end_s"] - own["step_s"])
+    assert data.gpu["util_pct"][0] == 5.0 and data.gpu["host"][0] == "h"
+    assert math.isnan(data.steps["loss"][0])
+
+
+def test_only_ranks_with_a_row_or_room_for_one_fit() -> None:
+    ranks = np.array([5, 1, 7, 1, 9])
+    assert fitting_ranks(ranks, {1}, room=1).tolist() == [True, True, False, True, False]
