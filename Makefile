@@ -34,8 +34,10 @@ test: lint test-deps
 
 # System packages the tests use, installed once when missing: Debian's prometheus (tests/integration/
 # test_metrics_endpoint.py scrapes the metrics endpoint with a real Prometheus server), iproute2 (the multi-node tests'
-# network namespaces and tc), openssh-server/-client (launching on other hosts over SSH). Without root, stop and say how.
-TEST_PACKAGES := prometheus:prometheus ip:iproute2 tc:iproute2 /usr/sbin/sshd:openssh-server ssh:openssh-client
+# network namespaces and tc), openssh-server/-client (launching on other hosts over SSH), slurmctld/slurmd/slurm-client
+# and munge (a real Slurm cluster on the test hosts: tests/multinode/test_slurm.py). Without root, stop and say how.
+TEST_PACKAGES := prometheus:prometheus ip:iproute2 tc:iproute2 /usr/sbin/sshd:openssh-server ssh:openssh-client \
+	/usr/sbin/slurmctld:slurmctld /usr/sbin/slurmd:slurmd sbatch:slurm-client /usr/sbin/munged:munge
 test-deps:
 	@missing=""; for pair in $(TEST_PACKAGES); do \
 	  tool=$${pair%%:*}; package=$${pair#*:}; \

@@ -310,6 +310,7 @@ def start(
         started_s=time.time(),
         price_per_gpu_hour=_env_float(ENV_PRICE),
         attempt=current_attempt(),
+        job_id=os.environ.get("SLURM_JOB_ID", "").strip() or None,
     )
     if os.environ.get(ENV_DISABLE, "").strip() in {"1", "true", "yes"}:
         return Agent(identity, None, None)

@@ -24,9 +24,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-SCHEMA_VERSION: Final[tuple[int, int]] = (1, 3)
+SCHEMA_VERSION: Final[tuple[int, int]] = (1, 4)
 """(major, minor). See the module docstring for what each part may change. 1.1: ``Health.disconnects``; 1.2: the
-``Heartbeat`` record; 1.3: ``Hello.attempt``."""
+``Heartbeat`` record; 1.3: ``Hello.attempt``; 1.4: ``Hello.job_id``."""
 
 AGENT_VERSION: Final[str] = "0.1.0"
 
@@ -179,6 +179,7 @@ class Hello:
     started_s: float
     price_per_gpu_hour: float | None = None
     attempt: int | None = None  # 1, 2, ...: which start of the run this process belongs to (restarts); None: unknown
+    job_id: str | None = None  # the batch scheduler's job id (SLURM_JOB_ID) when the process runs in a job
 
 
 @dataclass(slots=True)

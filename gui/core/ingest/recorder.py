@@ -148,6 +148,8 @@ class Recorder:
             with _transaction(connection):
                 for statement in session_schema.create_statements():  # tables a later version added are created empty
                     connection.execute(statement)
+                for statement in session_schema.added_column_statements(connection):  # fields a later minor added
+                    connection.execute(statement)
                 segments = self._resume_from(connection)
                 segments.append({"started_s": time.time(), "reason": reason})
                 connection.execute(session_schema.INSERTS["meta"], ("segments", json.dumps(segments)))

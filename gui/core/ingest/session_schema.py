@@ -18,6 +18,7 @@ What it must never do: read or write a file. A renamed, removed or retyped colum
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -100,6 +101,18 @@ def create_statements() -> list[str]:
     for kind, specs in FIELDS.items():
         columns = ", ".join(f'"{specs[i].name}" {specs[i].sql_type}' for i in stored_positions(kind))
         statements.append(f'CREATE TABLE IF NOT EXISTS "{kind}" (agent_id TEXT, recv_s REAL, {columns})')
+    return statements
+
+
+def added_column_statements(connection: sqlite3.Connection) -> list[str]:
+    """``ALTER TABLE ... ADD COLUMN`` for every field a later minor version appended that a file's tables lack (a
+    file of schema 1.3 reopened by 1.4 gets ``hello.job_id``); the rows already there read it as NULL."""
+    statements = []
+    for kind, specs in FIELDS.items():
+        present = {row[1] for row in connection.execute(f'PRAGMA table_info("{kind}")')}
+        if present:
+            statements += [f'ALTER TABLE "{kind}" ADD COLUMN "{specs[i].name}" {specs[i].sql_type}'
+                           for i in stored_positions(kind) if specs[i].name not in present]
     return statements
 
 

@@ -104,7 +104,7 @@ class Launcher:
 
     def endpoint_for(self, spec: LaunchSpec) -> str:
         """The collector address ``spec``'s processes are given: the remote one for a run on hosts."""
-        return (self.remote_endpoint or self.endpoint) if spec.hosts else self.endpoint
+        return (self.remote_endpoint or self.endpoint) if spec.hosts or spec.slurm else self.endpoint
 
     def start(self, spec: LaunchSpec) -> Run:
         """Validate and start ``spec`` (with a fresh run id if it has none). Raises ``LaunchError`` if invalid.

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal, cast, get_args
 
 from ringscope.gui.core.launch.options import Framework, OptionValue
+from ringscope.gui.core.launch.slurm_settings import SlurmSettings
 
 LaunchKind = Literal["ddp", "tf_mirrored", "tf_multi_worker", "script"]
 KINDS: Final[tuple[LaunchKind, ...]] = get_args(LaunchKind)
@@ -53,6 +54,8 @@ class LaunchSpec:
         ssh_key: an identity file for ``ssh -i`` (None: ssh's default keys and agent).
         ssh_options: extra ssh arguments placed before the launcher's own, e.g. ``("-F", "~/.ssh/cluster")`` or
             ``("-o", "Port=2222")``; ssh keeps the first value of an option, so these win.
+        slurm: submit to Slurm instead (``ringscope.gui.core.launch.slurm``): ``processes`` counts per node, the nodes
+            come from the allocation. None: this machine or ``hosts``.
         restart_max: *Restart automatically*: 0 never; N restarts the run (same run id, next attempt) at most N
             times when it hangs, a process fails or a rank is lost (``ringscope.gui.core.launch.restart``).
     """
@@ -73,6 +76,7 @@ class LaunchSpec:
     ssh_key: str | None = None
     ssh_options: tuple[str, ...] = ()
     restart_max: int = 0
+    slurm: SlurmSettings | None = None
 
     @property
     def framework(self) -> Framework | None:
@@ -99,6 +103,8 @@ class LaunchSpec:
         what = "reference trainer" if self.uses_reference else os.path.basename(self.trainer)
         unit = "devices" if self.kind == "tf_mirrored" else "processes"
         where = f" on each of {len(self.hosts)} hosts ({', '.join(self.hosts)})" if self.hosts else ""
+        if self.slurm is not None:
+            where = f" on each of {self.slurm.nodes} Slurm node{'s' if self.slurm.nodes != 1 else ''}"
         return f"{KIND_TITLES[self.kind]}: {what}, {self.processes} {unit}{where}"
 
     def with_new_run_id(self) -> LaunchSpec:
@@ -117,6 +123,7 @@ class LaunchSpec:
         data["script_args"] = list(self.script_args)
         data["hosts"] = list(self.hosts)
         data["ssh_options"] = list(self.ssh_options)
+        data["slurm"] = None if self.slurm is None else self.slurm.to_dict()
         data.pop("run_id")
         return data
 
@@ -143,6 +150,7 @@ class LaunchSpec:
                 ssh_key=None if data.get("ssh_key") in (None, "") else str(data["ssh_key"]),
                 ssh_options=tuple(str(option) for option in data.get("ssh_options") or ()),
                 restart_max=max(0, int(data.get("restart_max") or 0)),
+                slurm=None if not data.get("slurm") else SlurmSettings.from_dict(dict(data["slurm"])),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"saved launch is malformed ({error}); it will be ignored") from error

@@ -20,6 +20,7 @@ from ringscope.gui.core.launch.endpoints import is_loopback_endpoint, parse_tcp_
 from ringscope.gui.core.launch.options import check_combination, check_option
 from ringscope.gui.core.launch.plan import LAUNCHER_ENV_KEYS, REFERENCE_MODULES
 from ringscope.gui.core.launch.remote import MAX_HOSTS, MULTI_NODE_KINDS, check_host
+from ringscope.gui.core.launch.slurm import check_slurm
 from ringscope.gui.core.launch.spec import KIND_TITLES, KINDS, MAX_PROCESSES, LaunchSpec, parse_env_lines
 
 _FRAMEWORK_MODULE = {"ddp": "torch", "tf_mirrored": "tensorflow", "tf_multi_worker": "tensorflow"}
@@ -43,15 +44,17 @@ def validate(spec: LaunchSpec, endpoint: str | None = None) -> list[str]:
     errors += _check_env(spec)
     errors += _check_ports(spec)
     errors += _check_hosts(spec)
+    errors += _check_slurm(spec)
     if endpoint is not None:
         try:
             parse_tcp_endpoint(endpoint)
         except ValueError as error:
             errors.append(f"collector {error}")
         else:
-            if spec.hosts and is_loopback_endpoint(endpoint):
-                errors.append(f"the collector endpoint {endpoint} is this machine's loopback address, which the "
-                              "hosts cannot reach; bind the collector to an address they can reach (e.g. "
+            if (spec.hosts or spec.slurm) and is_loopback_endpoint(endpoint):
+                where = "Slurm's nodes" if spec.slurm else "the hosts"
+                errors.append(f"the collector endpoint {endpoint} is this machine's loopback address, which {where} "
+                              "cannot reach; bind the collector to an address they can reach (e.g. "
                               "--bind tcp://0.0.0.0:PORT) and give the launcher that address")
     return errors
 
@@ -141,18 +144,33 @@ def _check_env(spec: LaunchSpec) -> list[str]:
 
 
 def _check_ports(spec: LaunchSpec) -> list[str]:
-    if spec.base_port is None or (spec.kind != "tf_multi_worker" and not spec.hosts):
+    elsewhere = bool(spec.hosts or spec.slurm)  # the ports are the hosts' or nodes', not this machine's
+    if spec.base_port is None or (spec.kind != "tf_multi_worker" and not elsewhere):
         return []
     if not 1024 <= spec.base_port <= 65535 - max(spec.processes, 1):
         return [f"base port {spec.base_port} is out of range; expected 1024..{65535 - max(spec.processes, 1)} "
                 "or leave it empty to pick free ports"]
-    if spec.hosts:
-        return []  # the ports are the hosts', not this machine's: nothing to check here
+    if elsewhere:
+        return []  # nothing to check here
     busy = [port for port in range(spec.base_port, spec.base_port + spec.processes) if port_in_use(port)]
     if busy:
         return [f"port {port} (TF_CONFIG address of worker {port - spec.base_port}) is in use by another process; "
                 "choose another base port or leave it empty to pick free ports" for port in busy]
     return []
+
+
+def _check_slurm(spec: LaunchSpec) -> list[str]:
+    if spec.slurm is None:
+        return []
+    errors = check_slurm(spec)
+    nodes = spec.slurm.nodes if isinstance(spec.slurm.nodes, int) else 1
+    if isinstance(spec.processes, int) and spec.processes * nodes > MAX_PROCESSES:
+        errors.append(f"{spec.processes} ranks on each of {nodes} nodes make {spec.processes * nodes}, more than "
+                      f"{MAX_PROCESSES}; use fewer per node or fewer nodes")
+    if shutil.which("sbatch") is None:
+        errors.append("Slurm's sbatch is not installed on this machine (a Slurm launch submits from here); install "
+                      "Slurm's client commands (apt-get install slurm-client) or choose another target")
+    return errors
 
 
 def _check_hosts(spec: LaunchSpec) -> list[str]:

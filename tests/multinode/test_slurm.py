@@ -1,0 +1,240 @@
+"""Slurm launches from the launcher's Qt-free core, against a real Slurm: ``slurmctld`` on the master node and one
+``slurmd`` per network-namespace test host (``tests.multinode.slurm``), a collector and recorder on the master's
+address, the app's ``Launcher`` starting the follower that writes the batch script, ``sbatch``-es it and streams it.
+
+- a 2-node x 2-rank DDP job and a 2-node MultiWorkerMirrored job are recorded with nothing lost, grouped by host,
+  their job id in every agent's Hello;
+- Stop on a running job is ``scancel``: no process of the run is left on any host;
+- a job asking for a partition's only node while it is busy shows *queued (Resources)*, and Stop cancels it;
+- a job past its time limit ends as *timeout*. Slurm's limits are whole minutes, checked every 30 s, so that job is
+  submitted when the cluster starts and looked at by the module's last test, while the others run.
+
+One cluster for the module (starting it takes a few seconds). Root needed (network namespaces).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ringscope.gui.core.ingest.collector import Collector
+from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.session_reader import load
+from ringscope.gui.core.launch import Launcher, LaunchSpec
+from ringscope.gui.core.launch.runner import Run
+from ringscope.gui.core.launch.slurm import EXIT_CANCELLED, EXIT_TIMEOUT
+from ringscope.gui.core.launch.slurm_settings import SlurmSettings
+from tests.multinode.hosts import TestHosts, marked_processes, missing_requirements
+from tests.multinode.slurm import SlurmCluster, missing_slurm
+
+HOSTS = ("node-0", "node-1")
+RANKS_PER_NODE = 2
+
+_why = missing_requirements() or missing_slurm()
+if _why and not os.environ.get("CI"):
+    pytest.skip(f"Slurm tests need network namespaces and Slurm: {_why}", allow_module_level=True)
+
+
+@dataclass
+class Cluster:
+    hosts: TestHosts
+    slurm: SlurmCluster
+    collector: Collector
+    recorder: Recorder
+    launcher: Launcher
+    db: Path
+    work: Path
+    timeout_run: Run
+
+    def spec(self, run_id: str, steps: int, nodes: int = 2, **changes: object) -> LaunchSpec:
+        """The reference DDP trainer on ``nodes`` Slurm nodes, 2 ranks each."""
+        fields: dict[str, object] = {
+            "kind": "ddp", "processes": RANKS_PER_NODE, "run_id": run_id,
+            "options": {"steps": steps, "log-every": 20}, "working_dir": str(self.work),
+            "env": {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"},
+            "slurm": SlurmSettings(nodes=nodes, partition="batch", time_limit="10"), **changes}
+        return LaunchSpec(**fields)  # type: ignore[arg-type]
+
+    def wait(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.launcher.poll()
+            if condition():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def recorded(self, expected: int) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (self.recorder.rows_written < expected
+                                               or self.recorder.rows_written != self.collector.counters.records):
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("slurm-work")
+    saved = os.environ.get("SLURM_CONF")
+    with TestHosts(2) as hosts, SlurmCluster(hosts) as slurm:
+        os.environ["SLURM_CONF"] = str(slurm.conf)  # what the follower's sbatch / scontrol / scancel read
+        recorder = Recorder(work / "run.db").start()
+        collector = Collector(f"tcp://{hosts.master_address}:0", [recorder]).start()
+        launcher = Launcher(collector.endpoint)
+        try:
+            sleeper = work / "sleep_forever.py"
+            sleeper.write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(3600)\n")
+            timeout_run = launcher.start(LaunchSpec(
+                kind="script", trainer=str(sleeper), processes=1, run_id="slurm-timeout", working_dir=str(work),
+                slurm=SlurmSettings(nodes=1, partition="batch", time_limit="1", extra=("--nodelist=node-1",))))
+            yield Cluster(hosts, slurm, collector, recorder, launcher, work / "run.db", work, timeout_run)
+        finally:
+            launcher.kill()
+            launcher.stop(grace_s=0.5)
+            collector.close()
+            recorder.close()
+            if saved is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = saved
+
+
+def job_id_of(run: Run) -> str:
+    for line in run.processes[0].last_lines(2000):
+        found = re.search(r"ringscope: submitted job (\d+)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError(run.processes[0].last_lines())
+
+
+def left_on_hosts(cluster: Cluster, run_id: str) -> dict[str, list[int]]:
+    found = {host: marked_processes(run_id, host) for host in HOSTS}
+    return {host: pids for host, pids in found.items() if pids}
+
+
+def test_ddp_job_on_two_nodes_is_recorded_with_ranks_grouped_by_host(cluster: Cluster) -> None:
+    steps = 60
+    run = cluster.launcher.start(cluster.spec("slurm-ddp", steps))
+    follower = run.processes[0]
+    assert follower.name == "slurm job" and "slurm_job" in " ".join(follower.plan.argv)
+    assert cluster.wait(lambda: not run.alive, 300), follower.last_lines(200)
+    lines = follower.last_lines(2000)
+    assert (follower.state, follower.returncode) == ("exited", 0), lines
+    job_id = job_id_of(run)
+    said = [line for line in lines if line.startswith(f"ringscope: job {job_id} ")]
+    assert said[-1] == f"ringscope: job {job_id} finished", said
+    assert f"ringscope: job {job_id} running on node-[0-1]" in said, said
+    assert any(line.startswith("step 40/") for line in lines), lines  # the job's own output, streamed
+    script = next(Path(cluster.work, "ringscope-slurm").glob("slurm-ddp.attempt-*.sh")).read_text()
+    assert "#SBATCH --nodes=2" in script and "torch.distributed.run" in script and "\nexport RINGSCOPE_KEY" not in script
+
+    cluster.recorded(2 * RANKS_PER_NODE * steps)
+    data = load(cluster.db)
+    agents = [hello for hello in data.agents if hello.run_id == "slurm-ddp"]
+    host_of = {rank: hello.host for hello in agents for rank in hello.ranks}
+    assert sorted(host_of.values()) == ["node-0", "node-0", "node-1", "node-1"], host_of
+    assert host_of[0] == host_of[1] and host_of[2] == host_of[3]
+    assert {hello.job_id for hello in agents} == {job_id}
+    for rank in range(4):
+        steps_of = data.steps_of(rank, "slurm-ddp") if _takes_run(data) else data.steps_of(rank)
+        assert steps_of["step"].astype(int).tolist() == list(range(steps))
+    assert cluster.collector.counters.gaps == 0 and data.counters["dropped_by_agents"] == 0
+
+
+def test_multi_worker_mirrored_job_on_two_nodes_is_recorded_with_one_worker_per_node(cluster: Cluster) -> None:
+    steps = 30
+    spec = cluster.spec("slurm-mwms", steps, kind="tf_multi_worker", processes=1,
+                        options={"steps": steps, "log-every": 0},
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1"})
+    run = cluster.launcher.start(spec)
+    assert cluster.wait(lambda: not run.alive, 300), run.processes[0].last_lines(200)
+    assert run.ok, run.processes[0].last_lines(200)
+    job_id = job_id_of(run)
+    before = cluster.recorder.rows_written
+    cluster.recorded(before)
+    data = load(cluster.db)
+    agents = [hello for hello in data.agents if hello.run_id == "slurm-mwms"]
+    assert sorted(hello.host for hello in agents) == ["node-0", "node-1"]
+    assert {hello.strategy for hello in agents} == {"multi_worker_mirrored"}
+    assert {hello.host: hello.node_rank for hello in agents} == {"node-0": 0, "node-1": 1}  # SLURM_PROCID
+    assert {hello.job_id for hello in agents} == {job_id}
+    assert cluster.collector.counters.gaps == 0
+
+
+def test_stop_cancels_the_job_and_leaves_no_process_on_any_host(cluster: Cluster) -> None:
+    run_id = "slurm-stop"
+    rows = cluster.recorder.rows_written
+    run = cluster.launcher.start(cluster.spec(run_id, 1_000_000))
+    assert cluster.wait(lambda: cluster.recorder.rows_written >= rows + 4 * 5, 240), run.processes[0].last_lines()
+    assert sorted(left_on_hosts(cluster, run_id)) == list(HOSTS)  # training on both nodes
+    job_id = job_id_of(run)
+    cluster.launcher.request_stop(run_id, grace_s=5)
+    assert cluster.wait(lambda: not run.alive, 60), run.processes[0].last_lines()
+    follower = run.processes[0]
+    assert follower.returncode == EXIT_CANCELLED, follower.last_lines()
+    assert f"ringscope: stopping: scancel {job_id}" in follower.last_lines(500)
+    assert f"ringscope: job {job_id} cancelled" in follower.last_lines(500)
+    assert cluster.slurm.squeue(job_id).startswith("CANCELLED")
+    deadline = time.monotonic() + 15  # slurmd's KillWait (5 s) after SIGTERM at most
+    while left_on_hosts(cluster, run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left_on_hosts(cluster, run_id) == {}
+
+
+def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Cluster) -> None:
+    blocker = subprocess.run(["sbatch", "--parsable", "--partition=solo", "--cpus-per-task=4",
+                              f"--output={cluster.work / 'blocker.out'}", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, timeout=30, env=cluster.slurm.client_env())
+    blocker_id = blocker.stdout.strip()
+    assert blocker.returncode == 0 and blocker_id.isdigit(), blocker.stderr
+    try:
+        assert _eventually(lambda: cluster.slurm.squeue(blocker_id).startswith("RUNNING"), 30)
+        run = cluster.launcher.start(cluster.spec("slurm-queued", 10, nodes=1, processes=1,
+                                                  slurm=SlurmSettings(nodes=1, partition="solo")))
+        follower = run.processes[0]
+        assert cluster.wait(lambda: any(" queued (" in line for line in follower.last_lines()), 30), \
+            follower.last_lines()
+        job_id = job_id_of(run)
+        assert f"ringscope: job {job_id} queued (Resources)" in follower.last_lines(), follower.last_lines()
+        assert cluster.slurm.squeue(job_id) == "PENDING|Resources"
+        cluster.launcher.request_stop("slurm-queued")
+        assert cluster.wait(lambda: not run.alive, 30), follower.last_lines()
+        assert follower.returncode == EXIT_CANCELLED
+        assert cluster.slurm.squeue(job_id).startswith("CANCELLED")
+    finally:
+        subprocess.run(["scancel", blocker_id], timeout=30, env=cluster.slurm.client_env(), check=False)
+
+
+def test_a_job_past_its_time_limit_ends_as_timeout(cluster: Cluster) -> None:
+    run = cluster.timeout_run
+    follower = run.processes[0]
+    # submitted with the cluster, limit 1 minute; slurmctld looks at limits every 30 s
+    assert cluster.wait(lambda: not run.alive, 150), follower.last_lines()
+    job_id = job_id_of(run)
+    lines = follower.last_lines(500)
+    assert "sleeping" in lines, lines
+    assert lines[-1] == f"ringscope: job {job_id} timeout" or f"ringscope: job {job_id} timeout" in lines, lines
+    assert follower.returncode == EXIT_TIMEOUT
+    assert cluster.slurm.squeue(job_id).startswith("TIMEOUT")
+    assert left_on_hosts(cluster, "slurm-timeout") == {}
+
+
+def _takes_run(data: object) -> bool:
+    import inspect
+
+    return "run_id" in inspect.signature(data.steps_of).parameters  # type: ignore[attr-defined]
+
+
+def _eventually(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
