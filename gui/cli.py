@@ -12,6 +12,7 @@
     ringscope keys                       access token for a --secure collector
     ringscope stacks [--run RUN]         every rank's Python stacks now, folded (asks the running collector)
     ringscope control --run RUN ...      change timing / stack threshold / sampling while the run trains
+    ringscope submit --nodes N ... -- SCRIPT   submit a training to Slurm with Ringscope in it, and follow the job
     ringscope profile --steps N --out D  torch.profiler on the next N steps of chosen ranks, one merged trace
 
 Qt is imported only by the window commands, so the headless ones work on machines without a display or PySide6.
@@ -41,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "compare": "ringscope.gui.commands.compare",
     "keys": "ringscope.gui.commands.keys",
     "run": "ringscope.gui.commands.run",
+    "submit": "ringscope.gui.commands.submit",
     "sweep": "ringscope.gui.commands.sweep",
     "stacks": "ringscope.gui.commands.stacks",
     "control": "ringscope.gui.commands.control",

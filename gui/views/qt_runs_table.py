@@ -24,7 +24,8 @@ from ringscope.gui.views.qt_plot_tools import format_share
 from ringscope.gui.views.qt_table_model import RIGHT_ALIGNED, ColumnsTableModel, bold_font
 
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("run", "The run id every agent of the training announced (RINGSCOPE_RUN_ID, torchrun's rendezvous id...)."),
+    ("run", "The run id every agent of the training announced (RINGSCOPE_RUN_ID, torchrun's rendezvous id...), and "
+            "the Slurm job it runs in (SLURM_JOB_ID)."),
     ("framework / strategy", "From the agents' hello messages."),
     ("ranks", "World size: the ranks (replicas) that take part in each step."),
     ("state", "\n".join(f"{state}: {text}" for state, text in STATE_TEXT.items())),
@@ -138,13 +139,14 @@ class RunsTableModel(ColumnsTableModel):
                     f"{run.device_unit}-hour ({self._price_source} price)"
                     + ("" if run.in_memory else "; released from memory, figures as of then"))
         if column == 0:
-            return run.run_id + ("" if run.in_memory else " (released from memory: its recording keeps it)")
+            return run.run_id + (f"\nSlurm {run.job_text}" if run.job_ids else "") + (
+                "" if run.in_memory else " (released from memory: its recording keeps it)")
         return COLUMNS[column][1]
 
 
 def _cell_text(run: RunRow, column: int, cost: float) -> str:
     if column == 0:
-        return run.run_id
+        return run.run_id + (f" · {run.job_text}" if run.job_ids else "")
     if column == 1:
         return f"{run.framework} / {run.strategy}"
     if column == 2:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ def test_ddp_job_on_two_nodes_is_recorded_with_ranks_grouped_by_host(cluster: Cl
     assert f"ringscope: job {job_id} running on node-[0-1]" in said, said
     assert any(line.startswith("step 40/") for line in lines), lines  # the job's own output, streamed
     script = next(Path(cluster.work, "ringscope-slurm").glob("slurm-ddp.attempt-*.sh")).read_text()
-    assert "#SBATCH --nodes=2" in script and "torch.distributed.run" in script and "\nexport RINGSCOPE_KEY" not in script
+    assert "#SBATCH --nodes=2" in script and "torch.distributed.run" in script
+    assert "\nexport RINGSCOPE_KEY" not in script
 
     cluster.recorded(2 * RANKS_PER_NODE * steps)
     data = load(cluster.db)
@@ -238,3 +240,37 @@ def _eventually(condition: Callable[[], bool], timeout_s: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def test_ringscope_submit_follows_a_failing_job_to_its_exit_code(cluster: Cluster) -> None:
+    """The command line: the user's script with the zero-code bootstrap, exit code 3 comes back as the job's."""
+    script = cluster.work / "fails.py"
+    script.write_text("import os, sys\nprint('job', os.environ['SLURM_JOB_ID'], 'attempt',"
+                      " os.environ['RINGSCOPE_ATTEMPT'], flush=True)\nsys.exit(3)\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringscope.gui.cli", "submit", "--endpoint", cluster.collector.endpoint,
+         "--run-id", "slurm-cli", "--kind", "script", "--nodes", "1", "--tasks-per-node", "1", "--time", "5",
+         "--", str(script)],
+        capture_output=True, text=True, timeout=120, cwd=cluster.work, env=cluster.slurm.client_env())
+    lines = done.stdout.splitlines()
+    job_id = next(line.split()[3].rstrip(";") for line in lines if line.startswith("ringscope: submitted job"))
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"job {job_id} attempt 1" in lines, lines
+    assert lines[-1] == f"ringscope: job {job_id} failed (exit code 3)", lines
+
+
+def test_a_failed_slurm_job_is_resubmitted_as_the_next_attempt(cluster: Cluster) -> None:
+    """The restart policy on Slurm resubmits: a new job per attempt, RINGSCOPE_ATTEMPT=k in it."""
+    script = cluster.work / "fails_once.py"
+    script.write_text("import os, sys\nattempt = int(os.environ['RINGSCOPE_ATTEMPT'])\n"
+                      "print('attempt', attempt, 'in job', os.environ['SLURM_JOB_ID'], flush=True)\n"
+                      "sys.exit(0 if attempt > 1 else 1)\n")
+    run = cluster.launcher.start(LaunchSpec(
+        kind="script", trainer=str(script), processes=1, run_id="slurm-restart", working_dir=str(cluster.work),
+        zero_code=False, restart_max=1, slurm=SlurmSettings(nodes=1, partition="batch", time_limit="5")))
+    assert cluster.wait(lambda: not run.alive, 120), run.processes[0].last_lines()
+    assert run.supervisor is not None and run.ok, run.processes[0].last_lines()
+    scripts = sorted(p.name for p in Path(cluster.work, "ringscope-slurm").glob("slurm-restart.attempt-*.sh"))
+    assert scripts == ["slurm-restart.attempt-1.sh", "slurm-restart.attempt-2.sh"]
+    lines = run.processes[0].last_lines(500)  # the second attempt's follower
+    assert any(line.startswith("attempt 2 in job ") for line in lines), lines

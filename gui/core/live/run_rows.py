@@ -39,6 +39,7 @@ class RowFacts:
     attempts: int = 1
     attempt_reasons: tuple[str, ...] = ()
     goodput: Goodput | None = None
+    job_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,14 @@ class RunRow:
     attempts: int = 1  # starts of the run (restarts + 1)
     attempt_reasons: tuple[str, ...] = ()  # why each earlier attempt ended (hang, failure, lost): supervisor notes
     goodput: Goodput | None = None  # the run's wall time by cause so far (ringscope.gui.core.analysis.goodput)
+    job_ids: tuple[str, ...] = ()  # the Slurm jobs it ran in (SLURM_JOB_ID in its agents' Hello), one per attempt
+
+    @property
+    def job_text(self) -> str:
+        """``"job 123"`` / ``"jobs 123, 140"`` ("" for a run outside a batch scheduler)."""
+        if not self.job_ids:
+            return ""
+        return ("job " if len(self.job_ids) == 1 else "jobs ") + ", ".join(self.job_ids)
 
     @property
     def attempts_text(self) -> str:
@@ -102,4 +111,4 @@ def build_row(run: RowFacts, now: float) -> RunRow:
         idle_share=snap.idle_share if snap is not None else math.nan,
         devices=max(gpus, ranks), device_unit="GPU" if gpus else "rank",
         exit_code=run.launch.exit_code if run.launch is not None else None, in_memory=run.store is not None,
-        attempts=run.attempts, attempt_reasons=run.attempt_reasons, goodput=run.goodput)
+        attempts=run.attempts, attempt_reasons=run.attempt_reasons, goodput=run.goodput, job_ids=run.job_ids)

@@ -462,7 +462,14 @@ class LiveRuns:
                          run.frozen, run.attempt,
                          tuple(n.reason for n in run.attempt_notes if n.event == "ended" and n.attempt < run.attempt),
                          run.meter.goodput(max(run.world_size, len(run.rank_agent), 1),
-                                           run.ended_s if math.isfinite(run.ended_s) else self._last_message(run)))
+                                           run.ended_s if math.isfinite(run.ended_s) else self._last_message(run)),
+                         _job_ids(run))
+
+
+def _job_ids(run: _Run) -> tuple[str, ...]:
+    """The batch-scheduler jobs the run's agents ran in (``Hello.job_id``), in the order they joined: one per
+    attempt of a resubmitted Slurm run."""
+    return tuple(dict.fromkeys(hello.job_id for hello in run.agents.values() if hello.job_id))
 
 
 def _current_agents(run: _Run) -> list[str]:

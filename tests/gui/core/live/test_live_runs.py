@@ -228,3 +228,18 @@ def test_the_runs_table_is_built_safely_while_agents_keep_joining() -> None:
         thread.join()
     assert joined[0] == AGENTS and built > 10
     assert runs.rows(now_s=T0 + 1.0)[0].world_size == AGENTS
+
+
+def test_a_run_in_slurm_jobs_names_each_job_it_ran_in() -> None:
+    """Hello.job_id (SLURM_JOB_ID): a resubmitted run shows both jobs, in the order they joined; others none."""
+    runs = LiveRuns()
+    first = hello("slurm", "a0", [0])
+    first.job_id = "4100"
+    second = hello("slurm", "a1", [0])
+    second.job_id, second.attempt = "4117", 2
+    runs.on_batch(batch("a0", [first]), T0)
+    runs.on_batch(batch("a1", [second], sent=T0 + 60), T0 + 60)
+    feed(runs, "local", ["b0"], 3, T0)
+    rows = {row.run_id: row for row in runs.rows(T0 + 61)}
+    assert rows["slurm"].job_ids == ("4100", "4117") and rows["slurm"].job_text == "jobs 4100, 4117"
+    assert rows["local"].job_ids == () and rows["local"].job_text == ""
