@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Final
 
 from PySide6 import QtCore, QtWidgets
@@ -31,8 +32,12 @@ from ringscope.gui.core.launch import (
 )
 from ringscope.gui.core.launch import OPTIONS as OPTION_TABLE
 from ringscope.gui.core.launch.options import Framework
+from ringscope.gui.core.launch.remote import DEFAULT_RENDEZVOUS_PORT, DEFAULT_WORKER_PORT
+from ringscope.gui.core.launch.slurm_settings import SlurmSettings
+from ringscope.gui.core.launch.spec import new_run_id
 from ringscope.gui.core.sweep.plan import FRAMEWORKS as SWEEP_FRAMEWORKS
 from ringscope.gui.views import theme
+from ringscope.gui.views.qt_slurm_fields import QtBatchScriptDialog, SlurmFields
 
 _PROCESS_LABEL = {"ddp": "Ranks (processes)", "tf_mirrored": "Devices", "tf_multi_worker": "Worker processes",
                   "script": "Processes"}
@@ -63,10 +68,14 @@ class QtLaunchDialog(QtWidgets.QDialog):
         recent: Sequence[LaunchSpec] = (),
         parent: QtWidgets.QWidget | None = None,
         initial: LaunchSpec | None = None,
+        batch_script: Callable[[LaunchSpec], str] | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Launch a training")
         self._validate = launcher_validate
+        # the Slurm batch script of a spec as the launcher will submit it (its collector endpoint); None: no preview
+        self._batch_script = batch_script
+        self._run_id = new_run_id()  # shown in the batch script and used by the launch, so a saved script matches
         self._recent = list(recent)
         self._loading = False
         self._build()
@@ -75,8 +84,16 @@ class QtLaunchDialog(QtWidgets.QDialog):
     # ---- Public API ------------------------------------------------------------------------------------------
 
     def spec(self) -> LaunchSpec:
-        """The launch described by the form (call ``errors()`` to know whether it can start)."""
-        return self._read_form()[0]
+        """The launch described by the form (call ``errors()`` to know whether it can start). Its run id is the one
+        the batch-script preview showed."""
+        return replace(self._read_form()[0], run_id=self._run_id)
+
+    def batch_script_dialog(self) -> QtBatchScriptDialog | None:
+        """The viewer of the Slurm batch script this launch submits (None without a Slurm target or a preview)."""
+        spec = self.spec()
+        if spec.slurm is None or self._batch_script is None:
+            return None
+        return QtBatchScriptDialog(self._batch_script(spec), f"{spec.run_id}.sh", self)
 
     def errors(self) -> list[str]:
         """Every problem with the form: unparsable fields, then the core's validation messages."""
@@ -120,6 +137,8 @@ class QtLaunchDialog(QtWidgets.QDialog):
             self.processes_spin.setValue(spec.processes)
             self.base_port_edit.setText("" if spec.base_port is None else str(spec.base_port))
             self.hosts_edit.setText(" ".join(spec.hosts))
+            self.target_combo.setCurrentIndex(1 if spec.slurm is not None else 0)
+            self.slurm.load(spec.slurm or SlurmSettings())
             self.ssh_user_edit.setText(spec.ssh_user or "")
             self.ssh_key_edit.setText(spec.ssh_key or "")
             for option in OPTION_TABLE:
@@ -185,6 +204,14 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.processes_spin = QtWidgets.QSpinBox()
         self.processes_spin.setRange(1, 1024)
         form.addRow("Processes", self.processes_spin)
+        self.target_combo = QtWidgets.QComboBox()
+        self.target_combo.addItems(["This machine, or hosts over SSH", "Slurm cluster (sbatch)"])
+        self.target_combo.setToolTip(
+            "Slurm: Ringscope writes a batch script (srun + torchrun with the rendezvous on the allocation's first "
+            "node, or one MultiWorkerMirrored worker per task), submits it with sbatch and follows the job: its "
+            "state (queued with Slurm's reason, running, finished / failed / cancelled / timeout) and output in the "
+            "process panel. Stop is scancel. The nodes must reach this window's collector.")
+        form.addRow("Target", self.target_combo)
         self.hosts_edit = QtWidgets.QLineEdit()
         self.hosts_edit.setPlaceholderText("empty: this machine; else node1 node2 … (started over SSH)")
         self.hosts_edit.setToolTip(
@@ -199,6 +226,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.ssh_key_edit = QtWidgets.QLineEdit()
         self.ssh_key_edit.setPlaceholderText("empty: ssh's default keys and agent")
         form.addRow("SSH key", self.ssh_key_edit)
+        self.slurm = SlurmFields(form, self._refresh)
         self.base_port_edit = QtWidgets.QLineEdit()
         self.base_port_edit.setPlaceholderText("empty: free ports are picked")
         form.addRow("TF_CONFIG base port", self.base_port_edit)
@@ -258,8 +286,13 @@ class QtLaunchDialog(QtWidgets.QDialog):
             "throughput, scaling efficiency, phase shares and cost per configuration, with a recommendation.\n"
             "Opens the sweep dialog filled from this form.")
         self.sweep_button.clicked.connect(self._request_sweep)
+        self.script_button = QtWidgets.QPushButton("Batch script…")
+        self.script_button.setAutoDefault(False)
+        self.script_button.setToolTip("The Slurm batch script this launch submits; save it to submit it yourself.")
+        self.script_button.clicked.connect(self._show_batch_script)
         button_row = QtWidgets.QHBoxLayout()
         button_row.addWidget(self.sweep_button)
+        button_row.addWidget(self.script_button)
         button_row.addStretch(1)
         button_row.addWidget(buttons)
         layout.addLayout(button_row)
@@ -269,6 +302,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             edit.textChanged.connect(self._refresh)
         self.env_edit.textChanged.connect(self._refresh)
         self.kind_combo.currentIndexChanged.connect(self._refresh)
+        self.target_combo.currentIndexChanged.connect(self._refresh)
         self.reference_radio.toggled.connect(self._refresh)
         self.zero_code_check.toggled.connect(self._refresh)
         self.processes_spin.valueChanged.connect(self._refresh)
@@ -295,7 +329,8 @@ class QtLaunchDialog(QtWidgets.QDialog):
         errors += env_errors
         base_port: int | None = None
         port_text = self.base_port_edit.text().strip()
-        remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored"
+        on_slurm = self.target_combo.currentIndex() == 1
+        remote = (bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored") or on_slurm
         if (kind == "tf_multi_worker" or remote) and port_text:
             if port_text.isdigit():
                 base_port = int(port_text)
@@ -319,10 +354,12 @@ class QtLaunchDialog(QtWidgets.QDialog):
             python=self.python_edit.text().strip() or sys.executable,
             base_port=base_port,
             zero_code=self.zero_code_check.isChecked(),
-            hosts=tuple(self.hosts_edit.text().replace(",", " ").split()) if kind != "tf_mirrored" else (),
+            hosts=tuple(self.hosts_edit.text().replace(",", " ").split()) if kind != "tf_mirrored" and not on_slurm
+            else (),
             ssh_user=self.ssh_user_edit.text().strip() or None,
             ssh_key=self.ssh_key_edit.text().strip() or None,
             restart_max=self.restart_spin.value(),
+            slurm=self.slurm.settings() if on_slurm else None,
         )
         return spec, errors
 
@@ -338,17 +375,25 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self._form.setRowVisible(self._script_row, not reference)
         self._form.setRowVisible(self.args_edit, not reference)
         self._form.setRowVisible(self.zero_code_check, not reference)
-        remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored"
-        self._form.setRowVisible(self.hosts_edit, kind != "tf_mirrored")
+        on_slurm = self.target_combo.currentIndex() == 1
+        remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored" and not on_slurm
+        self._form.setRowVisible(self.hosts_edit, kind != "tf_mirrored" and not on_slurm)
         self._form.setRowVisible(self.ssh_user_edit, remote)
         self._form.setRowVisible(self.ssh_key_edit, remote)
-        self._form.setRowVisible(self.base_port_edit, kind == "tf_multi_worker" or remote)
+        for row in self.slurm.rows:
+            self._form.setRowVisible(row, on_slurm)
+        self.script_button.setVisible(on_slurm and self._batch_script is not None)
+        self._form.setRowVisible(self.base_port_edit, kind == "tf_multi_worker" or remote or on_slurm)
         port_label = self._form.labelForField(self.base_port_edit)
         if isinstance(port_label, QtWidgets.QLabel):
             port_label.setText("Rendezvous port" if kind == "ddp" else "TF_CONFIG base port")
+        elsewhere = remote or on_slurm  # the ports are the hosts' or nodes': fixed defaults, not free ports here
+        self.base_port_edit.setPlaceholderText(
+            f"empty: {DEFAULT_RENDEZVOUS_PORT if kind == 'ddp' else DEFAULT_WORKER_PORT}" if elsewhere
+            else "empty: free ports are picked")
         label = self._form.labelForField(self.processes_spin)
         if isinstance(label, QtWidgets.QLabel):
-            label.setText(_PROCESS_LABEL[kind] + (" per host" if remote else ""))
+            label.setText(_PROCESS_LABEL[kind] + (" per host" if remote else " per node" if on_slurm else ""))
         framework = _trainer_framework(kind)
         self.options_box.setVisible(reference and framework is not None)
         if framework is not None:
@@ -359,6 +404,12 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self.error_label.setText("\n".join(f"• {e}" for e in errors))
         self.error_label.setVisible(bool(errors))
         self.ok_button.setEnabled(not errors)
+        self.script_button.setEnabled(not errors)
+
+    def _show_batch_script(self) -> None:
+        dialog = self.batch_script_dialog()
+        if dialog is not None:
+            dialog.exec()
 
     def _accept_if_valid(self) -> None:
         if not self.errors():

@@ -265,7 +265,8 @@ class QtProcessPanel(QtWidgets.QWidget):
 
     def open_launch_dialog(self) -> Run | None:
         """Show the launch dialog (with this launcher's validation and the recent launches); start what is accepted."""
-        dialog = QtLaunchDialog(launcher_validate=self.launcher.validate, recent=self.recent(), parent=self)
+        dialog = QtLaunchDialog(launcher_validate=self.launcher.validate, recent=self.recent(), parent=self,
+                                batch_script=self.launcher.batch_script)
         dialog.sig_sweep_requested.connect(self.sig_sweep_requested)
         if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
             return self._start_reporting(dialog.spec())

@@ -18,6 +18,7 @@ from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.process import ManagedProcess, StateChange
 from ringscope.gui.core.launch.remote import remote_stop_plans
 from ringscope.gui.core.launch.restart import DEFAULT_DELAY_S, FAULTS, CollectorLink, RestartPolicy
+from ringscope.gui.core.launch.slurm import batch_script as slurm_batch_script
 from ringscope.gui.core.launch.spec import LaunchSpec, new_run_id
 from ringscope.gui.core.launch.supervisor import RestartSupervisor
 from ringscope.gui.core.launch.validation import validate
@@ -105,6 +106,11 @@ class Launcher:
     def endpoint_for(self, spec: LaunchSpec) -> str:
         """The collector address ``spec``'s processes are given: the remote one for a run on hosts."""
         return (self.remote_endpoint or self.endpoint) if spec.hosts or spec.slurm else self.endpoint
+
+    def batch_script(self, spec: LaunchSpec) -> str:
+        """The Slurm batch script ``spec`` (with ``slurm`` settings) submits from this launcher (its collector)."""
+        return slurm_batch_script(replace(spec, run_id=spec.run_id or new_run_id()), self.endpoint_for(spec),
+                                  self.agent_env)
 
     def start(self, spec: LaunchSpec) -> Run:
         """Validate and start ``spec`` (with a fresh run id if it has none). Raises ``LaunchError`` if invalid.

@@ -43,15 +43,15 @@ from dataclasses import dataclass
 from typing import Final
 
 import ringscope
+from ringscope.agent.keys import ENV_KEY
+from ringscope.agent.runtime import ENV_ATTEMPT
 from ringscope.gui.core.launch.plan import ENV_ENDPOINT, ENV_RUN_ID, ProcessPlan, launch_env, program_words
+from ringscope.gui.core.launch.remote import DEFAULT_RENDEZVOUS_PORT, DEFAULT_WORKER_PORT
 from ringscope.gui.core.launch.spec import LaunchSpec
 
 ENV_BATCH_SCRIPT: Final[str] = "RINGSCOPE_BATCH_SCRIPT"  # what the follower submits
-ENV_ATTEMPT_WORD: Final[str] = "RINGSCOPE_ATTEMPT"
-SECRET_ENV_KEYS: Final[frozenset[str]] = frozenset({"RINGSCOPE_KEY"})  # passed by sbatch, never written down
+SECRET_ENV_KEYS: Final[frozenset[str]] = frozenset({ENV_KEY})  # passed by sbatch, never written down
 OUTPUT_DIR: Final[str] = "ringscope-slurm"
-DEFAULT_RENDEZVOUS_PORT: Final[int] = 29400
-DEFAULT_WORKER_PORT: Final[int] = 29610
 MAX_NODES: Final[int] = 4096
 _TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?|UNLIMITED|INFINITE)$")
 _NAME = re.compile(r"^[A-Za-z0-9_.,+-]{1,128}$")
@@ -179,7 +179,7 @@ def batch_script(spec: LaunchSpec, endpoint: str, agent_env: Mapping[str, str] |
         "",
         "# What every rank's Ringscope agent needs (the zero-code bootstrap comes with PYTHONPATH)",
         *(f"export {key}={shlex.quote(value)}" for key, value in exported.items()),
-        f'export {ENV_ATTEMPT_WORD}="${{{ENV_ATTEMPT_WORD}:-1}}"',
+        f'export {ENV_ATTEMPT}="${{{ENV_ATTEMPT}:-1}}"',
         "",
         "# The allocation's first node hosts the rendezvous",
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',

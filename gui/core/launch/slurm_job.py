@@ -24,8 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from ringscope.agent.runtime import ENV_ATTEMPT
 from ringscope.gui.core.launch.slurm import (
-    ENV_ATTEMPT_WORD,
     ENV_BATCH_SCRIPT,
     EXIT_CANCELLED,
     JobState,
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     directory = Path(args.directory)
-    attempt = os.environ.get(ENV_ATTEMPT_WORD, "1")
+    attempt = os.environ.get(ENV_ATTEMPT, "1")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{args.run_id}.attempt-{attempt}.sh"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -145,6 +146,44 @@ def test_hosts_make_a_run_over_ssh_and_bad_host_names_are_refused(qtbot: QtBot) 
     assert not dialog.ok_button.isEnabled() and "-oProxyCommand=sh" in dialog.error_label.text()
     choose_kind(dialog, "tf_mirrored")  # one process on one machine: no hosts
     assert not dialog._form.isRowVisible(dialog.hosts_edit) and dialog.spec().hosts == ()
+
+
+def test_the_slurm_target_asks_for_the_allocation_and_shows_the_batch_script_it_submits(qtbot: QtBot,
+                                                                                        tmp_path: Path) -> None:
+    from ringscope.gui.core.launch.runner import Launcher
+    from ringscope.gui.core.launch.slurm_settings import SlurmSettings
+
+    launcher = Launcher("tcp://10.0.0.1:5757")
+    dialog = make_dialog(qtbot, launcher_validate=launcher.validate, batch_script=launcher.batch_script)
+    assert not dialog._form.isRowVisible(dialog.slurm.nodes_spin) and not dialog.script_button.isVisible()
+    dialog.target_combo.setCurrentIndex(1)
+    assert dialog._form.isRowVisible(dialog.slurm.nodes_spin) and not dialog._form.isRowVisible(dialog.hosts_edit)
+    label = dialog._form.labelForField(dialog.processes_spin)
+    assert isinstance(label, QtWidgets.QLabel) and label.text() == "Ranks (processes) per node"
+    dialog.slurm.nodes_spin.setValue(4)
+    dialog.slurm.partition_edit.setText("gpu")
+    dialog.slurm.time_edit.setText("an hour")
+    assert not dialog.ok_button.isEnabled() and "time limit 'an hour'" in dialog.error_label.text()
+    dialog.slurm.time_edit.setText("4:00:00")
+    dialog.slurm.extra_edit.setPlainText("--mem=64G\n\n--qos=high")
+    spec = dialog.spec()
+    assert spec.slurm == SlurmSettings(nodes=4, partition="gpu", time_limit="4:00:00",
+                                       extra=("--mem=64G", "--qos=high"))
+    assert spec.hosts == () and "4 Slurm nodes" in spec.title()
+    if shutil.which("sbatch"):  # make test installs Slurm's client commands
+        assert dialog.ok_button.isEnabled() and dialog.script_button.isVisible(), dialog.error_label.text()
+    else:
+        assert "sbatch is not installed" in dialog.error_label.text()
+    viewer = dialog.batch_script_dialog()
+    assert viewer is not None
+    qtbot.addWidget(viewer)
+    text = viewer.view.toPlainText()
+    assert f"#SBATCH --job-name=ringscope-{spec.run_id}" in text and "#SBATCH --nodes=4" in text  # the same run id
+    assert "#SBATCH --qos=high" in text and "export RINGSCOPE_ENDPOINT=tcp://10.0.0.1:5757" in text
+    assert viewer.save_to(tmp_path / "job.sh") is None and (tmp_path / "job.sh").read_text() == text
+    assert viewer.save_to(tmp_path / "missing" / "job.sh") is not None  # a clear sentence, nothing raised
+    dialog.load_spec(LaunchSpec())  # a local launch from Recent: back to this machine
+    assert dialog.target_combo.currentIndex() == 0 and dialog.spec().slurm is None
 
 
 # ---- Sweep… -------------------------------------------------------------------------------------------------------
