@@ -14,6 +14,7 @@ One cluster for the module (starting it takes a few seconds). Root needed (netwo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -274,3 +275,29 @@ def test_a_failed_slurm_job_is_resubmitted_as_the_next_attempt(cluster: Cluster)
     assert scripts == ["slurm-restart.attempt-1.sh", "slurm-restart.attempt-2.sh"]
     lines = run.processes[0].last_lines(500)  # the second attempt's follower
     assert any(line.startswith("attempt 2 in job ") for line in lines), lines
+
+
+def test_a_job_the_user_submitted_with_ringscope_run_inside_shows_up_with_its_job_id(cluster: Cluster) -> None:
+    """Attaching: the user's own batch script, ``ringscope run`` in front of the training, plain ``sbatch``."""
+    script = cluster.work / "own-job.sh"
+    script.write_text("\n".join([
+        "#!/bin/bash", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=batch",
+        f"#SBATCH --output={cluster.work / 'own-job-%j.out'}", "set -euo pipefail",
+        f"export PYTHONPATH={Path(__file__).resolve().parents[2]} OMP_NUM_THREADS=1",
+        f"srun {sys.executable} -m ringscope.gui.cli run --endpoint {cluster.collector.endpoint} --run-id own-job -- "
+        f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node 1 -m ringscope.trainers.ddp_trainer "
+        "--steps 5 --log-every 0", ""]))
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=30,
+                          cwd=cluster.work, env=cluster.slurm.client_env())
+    job_id = done.stdout.strip()
+    assert done.returncode == 0 and job_id.isdigit(), done.stderr
+    assert _eventually(lambda: cluster.slurm.squeue(job_id).startswith(("COMPLETED", "FAILED")), 120)
+    assert cluster.slurm.squeue(job_id).startswith("COMPLETED"), (
+        cluster.work / f"own-job-{job_id}.out").read_text()
+    cluster.recorded(cluster.recorder.rows_written)
+    agents = [hello for hello in load(cluster.db).agents if hello.run_id == "own-job"]
+    assert agents and {hello.job_id for hello in agents} == {job_id}
+    info = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(cluster.db)], capture_output=True,
+                          text=True, timeout=60)
+    [run] = [run for run in json.loads(info.stdout)["runs"] if run["run_id"] == "own-job"]
+    assert run["job_ids"] == [job_id] and len(run["hosts"]) == 1 and run["hosts"][0] in HOSTS, run

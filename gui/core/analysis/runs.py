@@ -75,6 +75,7 @@ class RunInfo:
     samples: int | None  # samples recorded, all ranks (None when the agents do not report samples)
     exit_code: int | None
     detail: str = ""
+    job_ids: tuple[str, ...] = ()  # the Slurm jobs its agents ran in (Hello.job_id), in the order they joined
 
     @property
     def ended(self) -> bool:
@@ -92,7 +93,7 @@ class RunInfo:
             "run_id": self.run_id, "framework": self.framework, "strategy": self.strategy,
             "world_size": self.world_size, "ranks": list(self.ranks), "hosts": list(self.hosts),
             "state": self.state, "start_s": _finite(self.start_s), "end_s": _finite(self.end_s),
-            "steps": self.steps, "samples": self.samples, "exit_code": self.exit_code,
+            "steps": self.steps, "samples": self.samples, "exit_code": self.exit_code, "job_ids": list(self.job_ids),
         }
 
 
@@ -190,7 +191,8 @@ def summarize_run(run_id: str, run: SessionData, state: str, launch: LaunchOutco
         strategy=first.strategy if first else "unknown", world_size=run.world_size, ranks=tuple(run.ranks),
         hosts=tuple(sorted({h.host for h in run.agents})), state=state, start_s=start_s, end_s=end_s,
         last_seen_s=last_seen_s, steps=len(steps["step"]), samples=samples,
-        exit_code=launch.exit_code if launch else None, detail=launch.detail if launch else "")
+        exit_code=launch.exit_code if launch else None, detail=launch.detail if launch else "",
+        job_ids=tuple(dict.fromkeys(h.job_id for h in run.agents if h.job_id)))
 
 
 def pick_run(runs: Iterable[RunInfo], wanted: str | None) -> RunInfo:
