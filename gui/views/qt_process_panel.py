@@ -12,6 +12,7 @@ import json
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.gui.core.launch import FINAL_STATES, Launcher, LaunchError, LaunchSpec, ManagedProcess, Run
+from ringscope.gui.core.launch.slurm import FOLLOWER_NAME, job_state_line
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_launch_dialog import QtLaunchDialog
 
@@ -49,6 +50,7 @@ class QtProcessPanel(QtWidgets.QWidget):
         self.grace_s = grace_s
         self._settings = settings if settings is not None else QtCore.QSettings("Ringscope", "Ringscope")
         self._rows: list[ManagedProcess] = []
+        self._job_states: dict[ManagedProcess, tuple[int, str | None]] = {}  # Slurm followers: (lines seen, state)
         self._known_runs: set[str] = set()
         self._finished_runs: set[str] = set()
         self._shown: ManagedProcess | None = None
@@ -178,7 +180,10 @@ class QtProcessPanel(QtWidgets.QWidget):
 
     def _update_row(self, row: int, process: ManagedProcess) -> None:
         code = "" if process.returncode is None else str(process.returncode)
-        texts = (process.run_id, process.name, process.state, str(process.pid or ""), code)
+        state = process.state
+        if process.name == FOLLOWER_NAME:  # a Slurm job: its scheduler state, as the follower last said it
+            state = self._job_state(process) or state
+        texts = (process.run_id, process.name, state, str(process.pid or ""), code)
         dead = process.state in ("failed", "killed")
         brush = QtGui.QBrush(QtGui.QColor(theme.ALERT_COLOR)) if dead else QtGui.QBrush()
         items = [self.table.item(row, column) for column in range(len(_COLUMNS))]
@@ -189,6 +194,18 @@ class QtProcessPanel(QtWidgets.QWidget):
                 item.setText(text)
                 item.setForeground(brush)
                 item.setToolTip(process.describe())
+        wanted = min(self.table.fontMetrics().horizontalAdvance(state) + 16, 280)  # a job's state is wordier
+        if wanted > self.table.columnWidth(2):
+            self.table.setColumnWidth(2, wanted)
+
+    def _job_state(self, process: ManagedProcess) -> str | None:
+        """The latest ``job N <state>`` line of a Slurm follower, read from the lines it printed since last time."""
+        seen, state = self._job_states.get(process, (0, None))
+        total, _skipped, lines = process.output.since(seen)
+        for line in lines:
+            state = job_state_line(line) or state
+        self._job_states[process] = (total, state)
+        return state
 
     def _selection_changed(self) -> None:
         rows = {index.row() for index in self.table.selectionModel().selectedRows()}

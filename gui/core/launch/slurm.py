@@ -65,6 +65,9 @@ STATE_WORDS: Final[dict[str, str]] = {
     "OUT_OF_MEMORY": "failed", "DEADLINE": "timeout", "PREEMPTED": "cancelled", "REVOKED": "cancelled",
     "CANCELLED": "cancelled", "TIMEOUT": "timeout", "SPECIAL_EXIT": "failed",
 }
+FOLLOWER_NAME: Final[str] = "slurm job"  # the follower's process name (ProcessPlan.name)
+_STATE_LINE = re.compile(r"^ringscope: job (\d+) "
+                         r"(queued|starting|running|suspended|finished|failed|cancelled|timeout)\b(.*)$")
 FINAL_WORDS: Final[frozenset[str]] = frozenset({"finished", "failed", "cancelled", "timeout"})
 # The follower's exit code for each final state: a job's own code when it failed, timeout(1)'s 124 for a time limit,
 # 143 (128 + SIGTERM) when it was cancelled, as a process stopped from the panel reports it.
@@ -133,7 +136,7 @@ def slurm_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | Non
            **{key: value for key, value in (agent_env or {}).items()}}
     argv = [spec.python, "-m", "ringscope.gui.core.launch.slurm_job", "--run-id", spec.run_id,
             "--directory", output_directory(spec)]
-    return [ProcessPlan("slurm job", argv, env, spec.working_dir)]
+    return [ProcessPlan(FOLLOWER_NAME, argv, env, spec.working_dir)]
 
 
 def output_directory(spec: LaunchSpec) -> str:
@@ -243,6 +246,13 @@ def parse_sacct(job_id: str, text: str) -> JobState | None:
         if len(parts) >= 4 and parts[0]:
             return JobState(job_id, parts[0], parts[1], parts[2], parts[3])
     return None
+
+
+def job_state_line(line: str) -> str | None:
+    """``"job 41 queued (Resources)"`` when ``line`` is one of the follower's state lines, else None (what the
+    process panel shows as a Slurm job's state)."""
+    found = _STATE_LINE.match(line)
+    return f"job {found.group(1)} {found.group(2)}{found.group(3)}" if found else None
 
 
 def parse_job_id(sbatch_output: str) -> str | None:

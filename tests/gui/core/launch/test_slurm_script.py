@@ -120,3 +120,13 @@ def test_scheduler_states_in_ringscope_words() -> None:
     done = parse_sacct("7", "COMPLETED|None|node-0|0:0\n")
     assert done is not None and done.word == "finished"
     assert parse_job_id("1234\n") == "1234" and parse_job_id("99;cluster") == "99" and parse_job_id("") is None
+
+
+def test_the_process_panel_reads_the_jobs_state_from_the_followers_lines() -> None:
+    from ringscope.gui.core.launch.slurm import job_state_line
+
+    assert job_state_line("ringscope: job 41 queued (Resources)") == "job 41 queued (Resources)"
+    assert job_state_line("ringscope: job 41 running on node-[0-1]") == "job 41 running on node-[0-1]"
+    assert job_state_line("ringscope: job 41 failed (exit code 3)") == "job 41 failed (exit code 3)"
+    assert job_state_line("ringscope: submitted job 41; its output: x.out") is None
+    assert job_state_line("step 20/60 ringscope: job 41 finished") is None  # the job's own output is not a state
