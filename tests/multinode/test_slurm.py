@@ -214,20 +214,6 @@ def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Clu
         subprocess.run(["scancel", blocker_id], timeout=30, env=cluster.slurm.client_env(), check=False)
 
 
-def test_a_job_past_its_time_limit_ends_as_timeout(cluster: Cluster) -> None:
-    run = cluster.timeout_run
-    follower = run.processes[0]
-    # submitted with the cluster, limit 1 minute; slurmctld looks at limits every 30 s
-    assert cluster.wait(lambda: not run.alive, 150), follower.last_lines()
-    job_id = job_id_of(run)
-    lines = follower.last_lines(500)
-    assert "sleeping" in lines, lines
-    assert lines[-1] == f"ringscope: job {job_id} timeout" or f"ringscope: job {job_id} timeout" in lines, lines
-    assert follower.returncode == EXIT_TIMEOUT
-    assert cluster.slurm.squeue(job_id).startswith("TIMEOUT")
-    assert left_on_hosts(cluster, "slurm-timeout") == {}
-
-
 def _takes_run(data: object) -> bool:
     import inspect
 
@@ -301,3 +287,17 @@ def test_a_job_the_user_submitted_with_ringscope_run_inside_shows_up_with_its_jo
                           text=True, timeout=60)
     [run] = [run for run in json.loads(info.stdout)["runs"] if run["run_id"] == "own-job"]
     assert run["job_ids"] == [job_id] and len(run["hosts"]) == 1 and run["hosts"][0] in HOSTS, run
+
+
+def test_a_job_past_its_time_limit_ends_as_timeout(cluster: Cluster) -> None:
+    run = cluster.timeout_run
+    follower = run.processes[0]
+    # submitted with the cluster, limit 1 minute; slurmctld looks at limits every 30 s
+    assert cluster.wait(lambda: not run.alive, 150), follower.last_lines()
+    job_id = job_id_of(run)
+    lines = follower.last_lines(500)
+    assert "sleeping" in lines, lines
+    assert lines[-1] == f"ringscope: job {job_id} timeout" or f"ringscope: job {job_id} timeout" in lines, lines
+    assert follower.returncode == EXIT_TIMEOUT
+    assert cluster.slurm.squeue(job_id).startswith("TIMEOUT")
+    assert left_on_hosts(cluster, "slurm-timeout") == {}
