@@ -144,9 +144,9 @@ def test_ddp_job_on_two_nodes_is_recorded_with_ranks_grouped_by_host(cluster: Cl
     assert sorted(host_of.values()) == ["node-0", "node-0", "node-1", "node-1"], host_of
     assert host_of[0] == host_of[1] and host_of[2] == host_of[3]
     assert {hello.job_id for hello in agents} == {job_id}
+    run = data.for_run("slurm-ddp")
     for rank in range(4):
-        steps_of = data.steps_of(rank, "slurm-ddp") if _takes_run(data) else data.steps_of(rank)
-        assert steps_of["step"].astype(int).tolist() == list(range(steps))
+        assert run.steps_of(rank)["step"].astype(int).tolist() == list(range(steps))
     assert cluster.collector.counters.gaps == 0 and data.counters["dropped_by_agents"] == 0
 
 
@@ -212,12 +212,6 @@ def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Clu
         assert cluster.slurm.squeue(job_id).startswith("CANCELLED")
     finally:
         subprocess.run(["scancel", blocker_id], timeout=30, env=cluster.slurm.client_env(), check=False)
-
-
-def _takes_run(data: object) -> bool:
-    import inspect
-
-    return "run_id" in inspect.signature(data.steps_of).parameters  # type: ignore[attr-defined]
 
 
 def _eventually(condition: Callable[[], bool], timeout_s: float) -> bool:
