@@ -4,15 +4,15 @@
         --partition gpu --time 4:00:00 -- train.py --epochs 3
     ringscope submit --print --nodes 2 --tasks-per-node 2 -- train.py      # only show the batch script
 
-The same batch script the window's launch dialog writes (target *Slurm*): ``srun`` + ``torchrun`` with a c10d
-rendezvous on the allocation's first node (``--kind ddp``, the default), one MultiWorkerMirroredStrategy worker per
-task with TF_CONFIG built from the allocation (``--kind tf_multi_worker``), or plain copies of the script with
-torchrun's rank variables (``--kind script``); the script runs with ``ringscope run``'s zero-code bootstrap and
+The same batch script the window's launch dialog writes (target *Slurm*): srun + torchrun with a c10d
+rendezvous on the allocation's first node (--kind ddp, the default), one MultiWorkerMirroredStrategy worker per
+task with TF_CONFIG built from the allocation (--kind tf_multi_worker), or plain copies of the script with
+torchrun's rank variables (--kind script); the script runs with ringscope run's zero-code bootstrap and
 reports to ENDPOINT. Without SCRIPT the project's reference trainer runs (ddp and TensorFlow kinds).
 
-It writes the script to ``ringscope-slurm/`` in the working directory, submits it with ``sbatch`` and stays in the
+It writes the script to ringscope-slurm/ in the working directory, submits it with sbatch and stays in the
 foreground: the job's scheduler state as it changes (queued with Slurm's reason, running, finished / failed /
-cancelled / timeout), then its output. Ctrl-C (or SIGTERM) cancels the job with ``scancel``. The exit code is the
+cancelled / timeout), then its output. Ctrl-C (or SIGTERM) cancels the job with scancel. The exit code is the
 job's: 0, its own exit code when it failed, 124 on its time limit, 143 when cancelled, 1 when sbatch refused it.
 """
 
