@@ -7,6 +7,7 @@ load through a ``--secure`` collector (CURVE encryption + authentication): compa
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -78,9 +79,56 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
     ]
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def record_cli(ranks: int, steps_per_second: float, duration_s: float) -> list[dict[str, Any]]:
+    """The headless recorder users run on a master node (``ringscope record``, its own process) under ``ranks``
+    simulated ranks: every step of every rank in the file, or how many are not (the simulator's default processes:
+    at most 2 per core)."""
+    import subprocess
+    import sys
+
+    from ringscope.gui.core.launch.endpoints import free_ports
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "record.db"
+        endpoint = f"tcp://127.0.0.1:{free_ports(1)[0]}"
+        recorder = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(path),
+                                     "--bind", endpoint], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(2.0)  # bound and listening (the agents would wait for it anyway)
+            started = time.monotonic()
+            result = run_cluster(ranks, endpoint=endpoint, steps_per_second=steps_per_second,
+                                 duration_s=duration_s)
+            simulated_s = time.monotonic() - started
+        finally:
+            recorder.send_signal(2)  # Ctrl-C: ringscope record writes everything it received, then exits
+            output = recorder.communicate(timeout=600)[0]
+        drained_s = time.monotonic() - started - simulated_s
+        info = json.loads(subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(path)],
+                                         capture_output=True, text=True, timeout=600, check=True).stdout)
+        file_mb = path.stat().st_size / 1e6
+    expected = result.steps * ranks
+    written = int(info["steps_total"])
+    size = f"ringscope record, {ranks} ranks x {steps_per_second:g} steps/s"
+    last = output.strip().splitlines()[-1] if output.strip() else ""
+    return [
+        {"benchmark": "ingest", "metric": f"{size}: steps not in the file", "value": float(expected - written),
+         "unit": "steps", "note": f"{written} of {expected} ({result.steps} steps x {ranks} ranks); gaps "
+                                  f"{info['gaps']}, dropped by agents {info['dropped_by_agents']}, recorder dropped "
+                                  f"{info['recorder_dropped_records']}; {result.processes} sim processes, "
+                                  f"{result.agents} agents"},
+        {"benchmark": "ingest", "metric": f"{size}: records per s, every one in the file",
+         "value": result.sent_records / simulated_s, "unit": "records/s",
+         "note": f"{result.sent_records} records in {simulated_s:.1f} s; the file was complete {drained_s:.1f} s "
+                 f"after the last step ({file_mb:.0f} MB); recorder's last line: {last[:120]}"},
+    ]
+
+
+def run(quick: bool = False, ranks: int | None = None, rate: float | None = None) -> list[dict[str, Any]]:
     """Quick: 64 ranks x 100 steps/s for 3 s, plain and secure. Full: also 1024 ranks x 100 steps/s for 5 s, plain
-    and secure."""
+    and secure. With ``ranks`` (``python -m benchmarks ingest --ranks 16384 --rate 1``): only ``ringscope record``
+    under that many ranks for 30 s."""
+    if ranks is not None:
+        return record_cli(ranks, rate or 1.0, 30.0)
     rows = measure(64, 100, 3.0) + measure(64, 100, 3.0, secure=True) + block_cost()
     if not quick:
         rows += measure(1024, 100, 5.0) + measure(1024, 100, 5.0, secure=True)

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "after the first step (default %(default)g; 0 waits as long as the simulation runs)")
     parser.add_argument("--run-id", default=None, metavar="ID", help="run id to report (default sim-<time>-<pid>)")
     parser.add_argument("--processes", type=positive_int, default=None, metavar="N",
-                        help="simulator processes (default: 1 per 256 ranks)")
+                        help="simulator processes (default: 1 per 256 ranks, at most 2 per CPU core)")
     until = parser.add_mutually_exclusive_group()
     until.add_argument("--duration", type=seconds, default=None, metavar="SECONDS",
                        help="stop after this many seconds (default: run until Ctrl-C)")
