@@ -60,7 +60,10 @@ REQUESTS: Final[frozenset[str]] = frozenset({STACKS, SET, PROFILE})
 COLLECTOR_REQUESTS: Final[frozenset[str]] = frozenset({STATUS, ATTEMPT})
 """What a tool may ask the collector itself."""
 
-ATTEMPT_EVENTS: Final[tuple[str, ...]] = ("started", "ended")
+ATTEMPT_EVENTS: Final[tuple[str, ...]] = ("started", "ended", "scheduler")
+"""``scheduler``: the batch scheduler's state of the attempt's job, as a Slurm launch's follower sees it change
+(``reason``: queued, starting, running, suspended, finished, failed, cancelled or timeout; ``detail``: the sentence,
+e.g. ``job 41 queued (Resources)``)."""
 MAX_ATTEMPTS: Final[int] = 10_000
 MAX_DETAIL_CHARS: Final[int] = 2000
 
@@ -100,7 +103,8 @@ class ControlError(ValueError):
 @dataclass(frozen=True, slots=True)
 class AttemptNote:
     """A restart supervisor's word on one attempt (one start) of a run: it ``started``, or it ``ended`` with a
-    ``reason`` (``finished``, ``stopped``, ``hang``, ``failure``, ``lost``) and the command's exit code."""
+    ``reason`` (``finished``, ``stopped``, ``hang``, ``failure``, ``lost``) and the command's exit code; or the batch
+    scheduler's state of the attempt's job changed (``scheduler``, see ``ATTEMPT_EVENTS``)."""
 
     attempt: int
     event: str  # one of ATTEMPT_EVENTS

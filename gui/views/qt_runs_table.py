@@ -133,7 +133,8 @@ class RunsTableModel(ColumnsTableModel):
         if column == 3:
             text = STATE_TEXT.get(run.state, run.state)
             return text + (f" (exit code {run.exit_code})" if run.exit_code is not None else "") + (
-                f"\nrestarted: {run.attempts_text} (ringscope info lists each attempt)" if run.attempts > 1 else "")
+                f"\nrestarted: {run.attempts_text} (ringscope info lists each attempt)" if run.attempts > 1 else "") + (
+                f"\nSlurm: {run.scheduler}" if run.scheduler else "")
         if column == 9:
             return (f"{run.devices} {run.device_unit}s x {run.priced_s / 3600:.3f} h x {CURRENCY}{self._price:g} per "
                     f"{run.device_unit}-hour ({self._price_source} price)"
@@ -153,7 +154,8 @@ def _cell_text(run: RunRow, column: int, cost: float) -> str:
         return str(run.world_size)
     if column == 3:
         return "● " + run.state + (f" ({run.exit_code})" if run.state == "failed" and run.exit_code is not None
-                                   else "") + (f" · {run.attempts_text}" if run.attempts > 1 else "")
+                                   else "") + (f" · {run.attempts_text}" if run.attempts > 1 else "") + (
+            f" · Slurm: {run.scheduler_word}" if run.scheduler_word not in ("", run.state) else "")
     if column == 4:
         return _when(run.started_s)
     if column == 5:

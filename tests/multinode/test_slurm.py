@@ -144,6 +144,11 @@ def test_ddp_job_on_two_nodes_is_recorded_with_ranks_grouped_by_host(cluster: Cl
     assert sorted(host_of.values()) == ["node-0", "node-0", "node-1", "node-1"], host_of
     assert host_of[0] == host_of[1] and host_of[2] == host_of[3]
     assert {hello.job_id for hello in agents} == {job_id}
+    # the follower told the collector each state of the job: recorded with the run's attempts (the runs table's Slurm
+    # state)
+    said = [(note["event"], note["reason"], note["detail"]) for note in data.counters["attempts"]["slurm-ddp"]]
+    assert said[-1] == ("scheduler", "finished", f"job {job_id} finished"), said
+    assert ("scheduler", "running", f"job {job_id} running on node-[0-1]") in said, said
     run = data.for_run("slurm-ddp")
     for rank in range(4):
         assert run.steps_of(rank)["step"].astype(int).tolist() == list(range(steps))
@@ -211,6 +216,9 @@ def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Clu
         assert cluster.wait(lambda: not run.alive, 30), follower.last_lines()
         assert follower.returncode == EXIT_CANCELLED
         assert cluster.slurm.squeue(job_id).startswith("CANCELLED")
+        cluster.recorded(0)
+        said = [(note["reason"], note["detail"]) for note in load(cluster.db).counters["attempts"]["slurm-queued"]]
+        assert ("queued", f"job {job_id} queued (Resources)") in said and said[-1][0] == "cancelled", said
     finally:
         subprocess.run(["scancel", blocker_id], timeout=30, env=cluster.slurm.client_env(), check=False)
 

@@ -133,7 +133,7 @@ def _notes(run: SessionData) -> dict[int, dict[str, Any]]:
             entry = out.setdefault(int(note["attempt"]), {})
             if note["event"] == "started":
                 entry["started_s"] = note["ts_s"]
-            else:
+            elif note["event"] == "ended":
                 entry.update(ended_s=note["ts_s"], reason=note.get("reason"), exit_code=note.get("exit_code"),
                              detail=note.get("detail"))
     return out

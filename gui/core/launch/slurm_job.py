@@ -14,6 +14,7 @@ fails or hangs is reported in one line and retried at the next look; the followe
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import subprocess
@@ -24,7 +25,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from ringscope.agent.runtime import ENV_ATTEMPT
+from ringscope.agent.control import AttemptNote
+from ringscope.agent.keys import AccessKeyError, agent_keys_from_env
+from ringscope.agent.runtime import ENV_ATTEMPT, ENV_ENDPOINT
+from ringscope.gui.core.launch.restart import CollectorLink
 from ringscope.gui.core.launch.slurm import (
     ENV_BATCH_SCRIPT,
     EXIT_CANCELLED,
@@ -34,6 +38,8 @@ from ringscope.gui.core.launch.slurm import (
     parse_scontrol,
 )
 
+log = logging.getLogger(__name__)
+
 POLL_S: Final[float] = 1.0
 COMMAND_TIMEOUT_S: Final[float] = 20.0
 CANCEL_FOLLOW_S: Final[float] = 60.0  # after scancel, how long the job's end is waited for
@@ -41,9 +47,12 @@ EXIT_SUBMIT_FAILED: Final[int] = 1
 
 
 class _Follower:
-    def __init__(self, job_id: str, output: Path) -> None:
+    def __init__(self, job_id: str, output: Path, run_id: str, attempt: int) -> None:
         self.job_id = job_id
         self.output = output
+        self.run_id = run_id
+        self.attempt = attempt
+        self.link = _collector_link()
         self.offset = 0
         self.last: str | None = None
         self.cancel_asked_s: float | None = None
@@ -63,6 +72,11 @@ class _Follower:
         if text != self.last:
             self.last = text
             _say(f"job {self.job_id} {text}")
+            if self.link is not None:  # the runs table's Slurm state (recorded with the run's attempts)
+                note = AttemptNote(self.attempt, "scheduler", time.time(), state.word,
+                                   state.exit_status() if state.final else None, f"job {self.job_id} {text}")
+                if not self.link.note(self.run_id, note):
+                    log.debug("the collector did not take job %s's state: %s", self.job_id, self.link.last_error)
 
     def copy_output(self) -> None:
         """Print what the job wrote since the last look (whole lines; the rest at the end)."""
@@ -136,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"{(submitted.stderr or submitted.stdout).strip() or 'no message'}")
         return EXIT_SUBMIT_FAILED
     job_name = f"ringscope-{args.run_id}"[:128]
-    follower = _Follower(job_id, directory / f"{job_name}-{job_id}.out")
+    follower = _Follower(job_id, directory / f"{job_name}-{job_id}.out", args.run_id,
+                         int(attempt) if attempt.isdigit() and int(attempt) >= 1 else 1)
     _say(f"submitted job {job_id}; its output: {follower.output}")
     while True:
         if stop["asked"]:
@@ -159,6 +174,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"job {job_id} did not end within {CANCEL_FOLLOW_S:g} s of scancel; stopped following it")
             return EXIT_CANCELLED
         time.sleep(POLL_S)
+
+
+def _collector_link() -> CollectorLink | None:
+    """The collector the job reports to (``RINGSCOPE_ENDPOINT``, with the access token when it needs one), which is
+    told the job's state; None when there is none to tell."""
+    endpoint = os.environ.get(ENV_ENDPOINT)
+    if not endpoint:
+        return None
+    try:
+        keys = agent_keys_from_env()
+    except AccessKeyError:
+        keys = None
+    return CollectorLink(endpoint, keys, timeout_s=2.0)
 
 
 def _command(argv: list[str]) -> subprocess.CompletedProcess[str] | None:

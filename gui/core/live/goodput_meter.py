@@ -79,7 +79,7 @@ class GoodputMeter:
         entry = self._entry(note.attempt)
         if note.event == "started":
             entry.noted_start_s = note.ts_s
-        else:
+        elif note.event == "ended":
             entry.ended_s, entry.reason = note.ts_s, note.reason
 
     def goodput(self, ranks: int, end_s: float) -> Goodput:

@@ -40,6 +40,7 @@ class RowFacts:
     attempt_reasons: tuple[str, ...] = ()
     goodput: Goodput | None = None
     job_ids: tuple[str, ...] = ()
+    scheduler: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,13 @@ class RunRow:
     attempt_reasons: tuple[str, ...] = ()  # why each earlier attempt ended (hang, failure, lost): supervisor notes
     goodput: Goodput | None = None  # the run's wall time by cause so far (ringscope.gui.core.analysis.goodput)
     job_ids: tuple[str, ...] = ()  # the Slurm jobs it ran in (SLURM_JOB_ID in its agents' Hello), one per attempt
+    scheduler: str = ""  # the batch scheduler's latest word on its current attempt (``job 41 timeout``), "" none
+
+    @property
+    def scheduler_word(self) -> str:
+        """The scheduler's state word of ``scheduler`` (``timeout`` of ``job 41 timeout``), "" when none."""
+        parts = self.scheduler.split()
+        return parts[2] if len(parts) >= 3 and parts[0] == "job" else ""
 
     @property
     def job_text(self) -> str:
@@ -111,4 +119,5 @@ def build_row(run: RowFacts, now: float) -> RunRow:
         idle_share=snap.idle_share if snap is not None else math.nan,
         devices=max(gpus, ranks), device_unit="GPU" if gpus else "rank",
         exit_code=run.launch.exit_code if run.launch is not None else None, in_memory=run.store is not None,
-        attempts=run.attempts, attempt_reasons=run.attempt_reasons, goodput=run.goodput, job_ids=run.job_ids)
+        attempts=run.attempts, attempt_reasons=run.attempt_reasons, goodput=run.goodput, job_ids=run.job_ids,
+        scheduler=run.scheduler)

@@ -51,6 +51,8 @@ PENDING_AGENTS: Final[int] = 4096
 PENDING_BYTES: Final[int] = 32 << 20
 """Memory (decoded messages) held for agents without a Hello, all together; beyond it they are not held (the
 recording still has them)."""
+MAX_EARLY_SCHEDULER: Final[int] = 256
+"""Queued Slurm jobs whose latest scheduler state is kept before any of their agents said hello (oldest dropped)."""
 
 
 @dataclass(slots=True)
@@ -122,6 +124,7 @@ class LiveRuns:
         self._pending: dict[str, deque[tuple[Batch, float]]] = {}
         self._pending_bytes = 0
         self._early_launches: dict[str, LaunchOutcome] = {}
+        self._early_scheduler: dict[str, AttemptNote] = {}  # queued jobs' latest state, until an agent says hello
         self._version = 0
         self.hang_minimum_s = MIN_THRESHOLD_S  # a run is hung after max(this, 20 x median step) without a step
 
@@ -305,6 +308,9 @@ class LiveRuns:
             held = sum(1 for r in self._runs.values() if r.store is not None)
             store = self._factory(hello.run_id) if held < self._max_runs else None
             run = _Run(hello.run_id, store, hello, launch=early)
+            scheduled = self._early_scheduler.pop(hello.run_id, None)
+            if scheduled is not None:
+                run.attempt_notes.append(scheduled)
             self._runs[hello.run_id] = run
             self._version += 1
         if agent_id not in run.agents and run.state in ENDED_STATES and run.launch is None:
@@ -390,6 +396,11 @@ class LiveRuns:
                 run.attempt_notes.append(note)
                 run.meter.note(note)
                 self._version += 1
+            elif note.event == "scheduler":  # a queued job: no agent yet; kept for when one says hello
+                self._early_scheduler.pop(run_id, None)
+                self._early_scheduler[run_id] = note
+                while len(self._early_scheduler) > MAX_EARLY_SCHEDULER:
+                    self._early_scheduler.pop(next(iter(self._early_scheduler)))
 
     def run_status(self, run_id: str) -> dict[str, object] | None:
         """How the run stands now, for a restart supervisor (``status`` requests; any thread): its state, the attempt
@@ -463,7 +474,13 @@ class LiveRuns:
                          tuple(n.reason for n in run.attempt_notes if n.event == "ended" and n.attempt < run.attempt),
                          run.meter.goodput(max(run.world_size, len(run.rank_agent), 1),
                                            run.ended_s if math.isfinite(run.ended_s) else self._last_message(run)),
-                         _job_ids(run))
+                         _job_ids(run), _scheduler(run))
+
+
+def _scheduler(run: _Run) -> str:
+    """The batch scheduler's latest word on the run's current attempt (``job 41 timeout``), "" when none."""
+    said = [n for n in run.attempt_notes if n.event == "scheduler" and n.attempt >= run.attempt]
+    return said[-1].detail if said else ""
 
 
 def _job_ids(run: _Run) -> tuple[str, ...]:

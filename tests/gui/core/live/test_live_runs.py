@@ -243,3 +243,23 @@ def test_a_run_in_slurm_jobs_names_each_job_it_ran_in() -> None:
     rows = {row.run_id: row for row in runs.rows(T0 + 61)}
     assert rows["slurm"].job_ids == ("4100", "4117") and rows["slurm"].job_text == "jobs 4100, 4117"
     assert rows["local"].job_ids == () and rows["local"].job_text == ""
+
+
+def test_a_slurm_jobs_state_reaches_its_row_even_when_said_before_any_agent() -> None:
+    """The follower tells the collector each state of the job (``scheduler`` attempt notes): one said while the job
+    was queued (no agent yet) is kept for the run's row; goodput and the attempts column ignore these notes."""
+    from ringscope.agent.control import AttemptNote
+
+    runs = LiveRuns()
+    runs.on_attempt("slurm", AttemptNote(1, "scheduler", T0 - 30, "queued", None, "job 41 queued (Resources)"))
+    feed(runs, "slurm", ["s0", "s1"], 5, T0)
+    [row] = runs.rows(T0 + 1)
+    assert row.scheduler == "job 41 queued (Resources)" and row.scheduler_word == "queued"
+    runs.on_attempt("slurm", AttemptNote(1, "scheduler", T0 + 1, "running", None, "job 41 running on node-[0-1]"))
+    runs.on_attempt("slurm", AttemptNote(1, "scheduler", T0 + 2, "timeout", 124, "job 41 timeout"))
+    [row] = runs.rows(T0 + 3)
+    assert row.scheduler == "job 41 timeout" and row.scheduler_word == "timeout"
+    assert row.attempts == 1 and row.attempt_reasons == ()
+    for n in range(300):  # queued jobs that never start are bounded
+        runs.on_attempt(f"never-{n}", AttemptNote(1, "scheduler", T0, "queued", None, f"job {n} queued (Priority)"))
+    assert len(runs._early_scheduler) == 256 and "never-299" in runs._early_scheduler
