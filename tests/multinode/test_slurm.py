@@ -196,6 +196,24 @@ def test_stop_cancels_the_job_and_leaves_no_process_on_any_host(cluster: Cluster
     assert left_on_hosts(cluster, run_id) == {}
 
 
+def test_a_forced_kill_of_the_follower_still_cancels_the_job(cluster: Cluster) -> None:
+    """Kill (Stop pressed twice, or the app going away hard) SIGKILLs the follower before it can scancel: the
+    launcher cancels the run's jobs by their name instead."""
+    sleeper = cluster.work / "sleep_forever.py"
+    run = cluster.launcher.start(LaunchSpec(kind="script", trainer=str(sleeper), processes=1, run_id="slurm-kill",
+                                            working_dir=str(cluster.work), zero_code=False,
+                                            slurm=SlurmSettings(nodes=1, partition="batch", time_limit="10")))
+    follower = run.processes[0]
+    assert cluster.wait(lambda: "sleeping" in follower.last_lines(), 60), follower.last_lines()
+    job_id = job_id_of(run)
+    cluster.launcher.kill("slurm-kill")
+    assert cluster.wait(lambda: not run.alive and all(not p.alive for p in run.stop_processes), 30)
+    assert follower.returncode == -9 and [p.plan.argv for p in run.stop_processes] == [
+        ["scancel", "--name=ringscope-slurm-kill"]]
+    assert _eventually(lambda: cluster.slurm.squeue(job_id).startswith("CANCELLED"), 30), cluster.slurm.squeue(job_id)
+    assert _eventually(lambda: left_on_hosts(cluster, "slurm-kill") == {}, 15)
+
+
 def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Cluster) -> None:
     blocker = subprocess.run(["sbatch", "--parsable", "--partition=solo", "--cpus-per-task=4",
                               f"--output={cluster.work / 'blocker.out'}", "--wrap", "sleep 300"],

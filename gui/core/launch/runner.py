@@ -19,6 +19,7 @@ from ringscope.gui.core.launch.process import ManagedProcess, StateChange
 from ringscope.gui.core.launch.remote import remote_stop_plans
 from ringscope.gui.core.launch.restart import DEFAULT_DELAY_S, FAULTS, CollectorLink, RestartPolicy
 from ringscope.gui.core.launch.slurm import batch_script as slurm_batch_script
+from ringscope.gui.core.launch.slurm import cancel_plans
 from ringscope.gui.core.launch.spec import LaunchSpec, new_run_id
 from ringscope.gui.core.launch.supervisor import RestartSupervisor
 from ringscope.gui.core.launch.validation import validate
@@ -188,6 +189,9 @@ class Launcher:
                 run.supervisor.request_stop()
             if run.spec.hosts and run.alive:
                 self._stop_remote(run, 0.0)
+            if run.spec.slurm is not None and run.alive:  # the follower dies before it can scancel: cancel by name
+                run.stop_processes += [ManagedProcess(plan, run.run_id, self.buffer_lines)
+                                       for plan in cancel_plans(run.spec)]
             for process in run.processes:
                 process.kill()
 

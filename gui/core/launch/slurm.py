@@ -139,6 +139,13 @@ def slurm_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | Non
     return [ProcessPlan(FOLLOWER_NAME, argv, env, spec.working_dir)]
 
 
+def cancel_plans(spec: LaunchSpec) -> list[ProcessPlan]:
+    """``scancel --name=ringscope-RUN``: cancels the run's jobs without the follower (which a forced kill ends
+    before it can ``scancel``), found by the job name the batch script gives them."""
+    assert spec.run_id is not None, "a started run has a run id"
+    return [ProcessPlan("scancel", ["scancel", f"--name={job_name(spec.run_id)}"])]
+
+
 def output_directory(spec: LaunchSpec) -> str:
     """Where the batch script and the job's output go: ``ringscope-slurm/`` in the working directory (which the
     nodes share with this machine)."""
@@ -160,7 +167,7 @@ def batch_script(spec: LaunchSpec, endpoint: str, agent_env: Mapping[str, str] |
         "# Submit it yourself with `sbatch THIS_FILE`; the job reports to the collector below (RINGSCOPE_ENDPOINT).",
         "# A collector started with --secure also needs RINGSCOPE_KEY in the environment sbatch passes on",
         "# (`export RINGSCOPE_KEY=$(ringscope keys)` before sbatch); it is never written into this file.",
-        f"#SBATCH --job-name={_job_name(spec)}",
+        f"#SBATCH --job-name={job_name(spec.run_id)}",
         f"#SBATCH --nodes={settings.nodes}",
         f"#SBATCH --ntasks-per-node={tasks_per_node}",
         f"#SBATCH --output={os.path.join(directory, '%x-%j.out')}",
@@ -264,8 +271,9 @@ def parse_job_id(sbatch_output: str) -> str | None:
 
 # ---- Internals ---------------------------------------------------------------------------------------------------
 
-def _job_name(spec: LaunchSpec) -> str:
-    return f"ringscope-{spec.run_id}"[:128]
+def job_name(run_id: str) -> str:
+    """The Slurm job name of a run's jobs (every attempt's): ``ringscope-RUN``."""
+    return f"ringscope-{run_id}"[:128]
 
 
 def _sbatch_option(line: str) -> str:

@@ -33,6 +33,7 @@ from ringscope.gui.core.launch.slurm import (
     ENV_BATCH_SCRIPT,
     EXIT_CANCELLED,
     JobState,
+    job_name,
     parse_job_id,
     parse_sacct,
     parse_scontrol,
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--directory", required=True, help="where the batch script and the job's output go")
     args = parser.parse_args(argv)
-    script = os.environ.get(ENV_BATCH_SCRIPT)
+    script = os.environ.pop(ENV_BATCH_SCRIPT, None)  # read, and not passed on to the job's environment by sbatch
     if not script:
         print(f"ringscope: no batch script: {ENV_BATCH_SCRIPT} is empty", file=sys.stderr)
         return 2
@@ -149,8 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"sbatch refused the job (exit code {submitted.returncode}): "
              f"{(submitted.stderr or submitted.stdout).strip() or 'no message'}")
         return EXIT_SUBMIT_FAILED
-    job_name = f"ringscope-{args.run_id}"[:128]
-    follower = _Follower(job_id, directory / f"{job_name}-{job_id}.out", args.run_id,
+    follower = _Follower(job_id, directory / f"{job_name(args.run_id)}-{job_id}.out", args.run_id,
                          int(attempt) if attempt.isdigit() and int(attempt) >= 1 else 1)
     _say(f"submitted job {job_id}; its output: {follower.output}")
     while True:
