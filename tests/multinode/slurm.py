@@ -80,7 +80,15 @@ class SlurmCluster:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def start(self, timeout_s: float = 30.0) -> SlurmCluster:
-        """Write the key and configuration, start the daemons, and wait until every node is idle."""
+        """Write the key and configuration, start the daemons, and wait until every node is idle. A cluster that
+        does not come up is stopped again (nothing left running), and the error names the daemons' last log lines."""
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, timeout_s: float) -> SlurmCluster:
         key = self.directory / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
