@@ -79,31 +79,20 @@ class _Follower:
                 if not self.link.note(self.run_id, note):
                     log.debug("the collector did not take job %s's state: %s", self.job_id, self.link.last_error)
 
-    def copy_output(self) -> None:
-        """Print what the job wrote since the last look (whole lines; the rest at the end)."""
+    def copy_output(self, *, final: bool = False) -> None:
+        """Print what the job wrote since the last look: whole lines, and with ``final`` a last unfinished one too."""
         try:
             with self.output.open("rb") as stream:
                 stream.seek(self.offset)
                 data = stream.read()
-        except OSError:
+        except OSError:  # not created yet (the job has not started), or gone
             return
-        end = data.rfind(b"\n") + 1
+        end = len(data) if final else data.rfind(b"\n") + 1
         if end:
-            sys.stdout.write(data[:end].decode(errors="replace"))
+            text = data[:end].decode(errors="replace")
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
             sys.stdout.flush()
             self.offset += end
-
-    def flush_output(self) -> None:
-        self.copy_output()
-        try:
-            with self.output.open("rb") as stream:
-                stream.seek(self.offset)
-                rest = stream.read()
-        except OSError:
-            return
-        if rest:
-            print(rest.decode(errors="replace"), flush=True)
-            self.offset += len(rest)
 
     def cancel(self) -> None:
         if self.cancel_asked_s is None:
@@ -162,13 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             follower.unknown_since = None
             follower.say_state(state)
             if state.final:
-                follower.flush_output()
+                follower.copy_output(final=True)
                 return state.exit_status()
         else:
             follower.unknown_since = follower.unknown_since or time.monotonic()
             if time.monotonic() - follower.unknown_since > 5 * COMMAND_TIMEOUT_S:
                 _say(f"job {job_id}: neither scontrol nor sacct knows it any more; its end is unknown")
-                follower.flush_output()
+                follower.copy_output(final=True)
                 return EXIT_SUBMIT_FAILED
         if follower.cancel_asked_s is not None and time.monotonic() - follower.cancel_asked_s > CANCEL_FOLLOW_S:
             _say(f"job {job_id} did not end within {CANCEL_FOLLOW_S:g} s of scancel; stopped following it")

@@ -130,3 +130,18 @@ def test_the_process_panel_reads_the_jobs_state_from_the_followers_lines() -> No
     assert job_state_line("ringscope: job 41 failed (exit code 3)") == "job 41 failed (exit code 3)"
     assert job_state_line("ringscope: submitted job 41; its output: x.out") is None
     assert job_state_line("step 20/60 ringscope: job 41 finished") is None  # the job's own output is not a state
+
+
+def test_the_follower_copies_the_jobs_output_in_whole_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ringscope.gui.core.launch.slurm_job import _Follower
+
+    output = tmp_path / "job.out"
+    follower = _Follower("7", output, "r1", 1)
+    follower.copy_output()  # the job has not started: no file yet, nothing printed
+    output.write_text("step 1\nstep 2\nhalf a li")
+    follower.copy_output()
+    assert capsys.readouterr().out == "step 1\nstep 2\n"
+    with output.open("a") as stream:
+        stream.write("ne\nlast words")
+    follower.copy_output(final=True)  # the job ended: its last line comes even without a newline
+    assert capsys.readouterr().out == "half a line\nlast words\n"
