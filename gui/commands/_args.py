@@ -79,6 +79,12 @@ _step_rate = _at_least(0, f"a step rate > 0 and <= {MAX_STEPS_PER_SECOND:g} per 
                        maximum=MAX_STEPS_PER_SECOND)
 
 
+def command_words(words: Iterable[str]) -> list[str]:
+    """What followed ``--`` on the command line (argparse's REMAINDER keeps the ``--`` itself)."""
+    command = list(words)
+    return command[1:] if command[:1] == ["--"] else command
+
+
 def positive_int(text: str) -> int:
     """A count: a whole number >= 1 (ranks, steps, processes)."""
     return int(_positive_int(text))

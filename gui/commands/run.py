@@ -36,7 +36,7 @@ from ringscope.agent.inject import disabled_by_environment, injection_env
 from ringscope.agent.keys import AccessKeyError, agent_keys_from_env
 from ringscope.agent.publisher import DEFAULT_ENDPOINT
 from ringscope.agent.runtime import ENV_ATTEMPT, ENV_ENDPOINT, ENV_RUN_ID
-from ringscope.gui.commands._args import seconds_or_zero
+from ringscope.gui.commands._args import command_words, seconds_or_zero
 from ringscope.gui.core.launch.plan import ProcessPlan
 from ringscope.gui.core.launch.process import ManagedProcess, shell_exit_code
 from ringscope.gui.core.launch.restart import (
@@ -77,9 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command with the injection environment; return its exit code."""
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
+    command = command_words(args.command)
     if not command:
         print("ringscope run: no command given; usage: ringscope run [--endpoint E] [--run-id ID] -- COMMAND ...",
               file=sys.stderr)

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from ringscope.agent.publisher import DEFAULT_ENDPOINT
 from ringscope.agent.runtime import ENV_ENDPOINT, ENV_RUN_ID
+from ringscope.gui.commands._args import command_words, connect_endpoint, positive_int
 from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.slurm import batch_script
 from ringscope.gui.core.launch.slurm_settings import SlurmSettings
@@ -36,14 +37,15 @@ EXIT_USAGE = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ringscope submit``."""
-    parser.add_argument("--endpoint", default=None, metavar="ENDPOINT",
+    parser.add_argument("--endpoint", type=connect_endpoint, default=None, metavar="ENDPOINT",
                         help=f"collector the ranks send to, as the nodes reach it (default: $RINGSCOPE_ENDPOINT, else "
                              f"{DEFAULT_ENDPOINT}, which compute nodes cannot reach)")
     parser.add_argument("--run-id", default=None, metavar="ID", help="run id (default: $RINGSCOPE_RUN_ID, else fresh)")
     parser.add_argument("--kind", choices=KINDS, default="ddp",
                         help="how each node starts its ranks (default ddp: one torchrun per node)")
-    parser.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes of the allocation (default 1)")
-    parser.add_argument("--tasks-per-node", type=int, default=1, metavar="P",
+    parser.add_argument("--nodes", type=positive_int, default=1, metavar="N",
+                        help="nodes of the allocation (default 1)")
+    parser.add_argument("--tasks-per-node", type=positive_int, default=1, metavar="P",
                         help="ranks per node (ddp: torchrun's --nproc-per-node; devices for tf_mirrored)")
     parser.add_argument("--partition", default="", help="sbatch --partition (default: the cluster's)")
     parser.add_argument("--time", default="", metavar="LIMIT", help="sbatch --time, e.g. 30 or 4:00:00")
@@ -61,9 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build, check and submit the job; follow it until it ends; return its outcome as an exit code."""
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
+    command = command_words(args.command)
     endpoint = args.endpoint or os.environ.get(ENV_ENDPOINT) or DEFAULT_ENDPOINT
     run_id = args.run_id or os.environ.get(ENV_RUN_ID) or new_run_id()
     spec = LaunchSpec(kind=args.kind, trainer=command[0] if command else REFERENCE, script_args=tuple(command[1:]),
@@ -77,9 +77,8 @@ def run(args: argparse.Namespace) -> int:
     errors = validate(spec, endpoint)
     if args.print_only:
         errors = [error for error in errors if "sbatch is not installed" not in error]
-    if errors:
-        for error in errors:
-            print(f"ringscope submit: {error}", file=sys.stderr)
+    if errors:  # every problem, in the one line every command gives
+        print("ringscope submit: " + "; ".join(errors), file=sys.stderr)
         return EXIT_USAGE
     if args.print_only:
         sys.stdout.write(batch_script(spec, endpoint))

@@ -75,6 +75,11 @@ CASES: dict[str, Case] = {
                              ("--price-per-gpu-hour", "'nan'")),
     "report-price-zero": Case(("report", S, "--html", "{tmp}/r.html", "--price-per-gpu-hour", "0"),
                               ("--price-per-gpu-hour", "> 0")),
+    # Slurm submissions: checked before anything is written or submitted
+    "submit-nodes-zero": Case(("submit", "--nodes", "0", "--", "{file}"), ("--nodes", ">= 1", "'0'")),
+    "submit-endpoint-not-one": Case(("submit", "--endpoint", "nowhere", "--", "{file}"), ("--endpoint", "'nowhere'")),
+    "submit-loopback-collector": Case(("submit", "--endpoint", "tcp://127.0.0.1:5757", "--time", "an hour", "--",
+                                       "{file}"), ("loopback", "Slurm's nodes cannot reach", "time limit 'an hour'")),
     # output paths: under a regular file (ENOTDIR), folder for file, file for folder, existing session
     "record-out-under-a-file": Case(("record", "--out", "{file}/S.db"), ("--out", "is a file, not a folder")),
     "keys-key-file-under-a-file": Case(("keys", "--key-file", "{file}/k.json"), ("--key-file", "not a folder")),
