@@ -49,6 +49,9 @@ DEFAULT_ENDPOINT: Final[str] = "tcp://127.0.0.1:5757"
 _TEST_CLOCK_SKEW_S: Final[float] = float(os.environ.get("RINGSCOPE_TEST_CLOCK_SKEW_S") or 0.0)
 """Test-only: every wall time this process sends is moved by this many seconds, as if its host's clock were off
 (a library that fakes the clock breaks Python's sleeps). Unset in real use: one falsy check per message."""
+FLUSH_INTERVAL_S: Final[float] = 0.05
+"""How long a record waits on the agent before it is sent, by default (the window's live latency); a headless
+recorder asks for longer (``ringscope record --agent-flush``), and ``ringscope control --flush-interval`` changes it."""
 CLOSE_FLUSH_S: Final[float] = 0.5
 """How long ``close`` waits for a collector to connect (or to make room) before counting what is still queued
 dropped; while the collector keeps taking messages, ``close`` goes on sending until its own ``timeout_s``."""
@@ -116,7 +119,7 @@ class Publisher:
         hello: Callable[[], Hello] | None = None,
         queue_capacity: int = 65_536,
         batch_max: int = 512,
-        flush_interval_s: float = 0.05,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
         send_hwm: int = 200,
         hello_interval_s: float = 5.0,
         health_interval_s: float = 1.0,

@@ -18,6 +18,7 @@ from typing import Any
 from PySide6 import QtCore, QtWidgets
 
 from ringscope.agent.control import SETTINGS
+from ringscope.agent.publisher import FLUSH_INTERVAL_S
 from ringscope.gui.core.analysis.stacks import rank_ranges
 from ringscope.gui.views.qt_ask_dialog import QtAskDialog
 
@@ -62,10 +63,15 @@ class QtRunSettingsDialog(QtAskDialog):
         self.device_check, self.device_interval = _seconds_row(SETTINGS["device_interval_s"],
                                                                DEVICE_INTERVAL_DEFAULT_S, 2)
         self.device_check.setToolTip("The GPU / host sampling period (NVML, psutil)")
+        self.flush_check, self.flush_interval = _seconds_row(SETTINGS["flush_interval_s"], FLUSH_INTERVAL_S, 2)
+        self.flush_check.setToolTip("How long records wait on the agent before they are sent: longer wakes the "
+                                    "ranks' sender threads and the collector less often (a recorder on the training's "
+                                    "cores: 0.25 s), shorter shows steps sooner")
         form = QtWidgets.QFormLayout()
         form.addRow("DDP communication timing:", self.timing)
         form.addRow("Send a rank's stack after:", _row(self.stack_check, self.stack_after))
         form.addRow("Device sampling interval:", _row(self.device_check, self.device_interval))
+        form.addRow("Send telemetry every:", _row(self.flush_check, self.flush_interval))
         self.status = self.status_line = QtWidgets.QLabel("Tick a setting to change it.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -76,7 +82,8 @@ class QtRunSettingsDialog(QtAskDialog):
         self.apply_button.setDefault(True)
         self.apply_button.clicked.connect(self.apply)
         self._lay_out([intro, form, self.status], self.outcome, [], [self.apply_button])
-        for signal in (self.timing.currentIndexChanged, self.stack_check.toggled, self.device_check.toggled):
+        for signal in (self.timing.currentIndexChanged, self.stack_check.toggled, self.device_check.toggled,
+                       self.flush_check.toggled):
             signal.connect(self._update_apply)
         self._update_apply()
 
@@ -91,6 +98,8 @@ class QtRunSettingsDialog(QtAskDialog):
             out["stack_after_s"] = round(self.stack_after.value(), 3)
         if self.device_check.isChecked():
             out["device_interval_s"] = round(self.device_interval.value(), 3)
+        if self.flush_check.isChecked():
+            out["flush_interval_s"] = round(self.flush_interval.value(), 3)
         return out
 
     def apply(self) -> None:
@@ -132,6 +141,7 @@ class QtRunSettingsDialog(QtAskDialog):
     def _update_apply(self, *_args: object) -> None:
         self.stack_after.setEnabled(self.stack_check.isChecked())
         self.device_interval.setEnabled(self.device_check.isChecked())
+        self.flush_interval.setEnabled(self.flush_check.isChecked())
         chosen = bool(self.settings())
         self.apply_button.setEnabled(chosen and self.job is None)
         self.apply_button.setToolTip("" if chosen else "Choose a timing or tick a setting to change first")

@@ -246,11 +246,14 @@ def test_telemetry_settings_apply_through_the_windows_ingest_process_and_show_ea
         assert training.stack_thresholds() == [1.5, 1.5]  # the agents really took it
         dialog.timing.setCurrentIndex(0)
         dialog.stack_after.setValue(2.0)
+        dialog.flush_check.setChecked(True)
+        dialog.flush_interval.setValue(0.25)
         dialog.apply_button.click()
         qtbot.waitUntil(lambda: dialog.job is None, timeout=WAIT_MS)
-        assert dialog.outcome.toPlainText() == "ranks 0-1: applied stack after 2 s"
+        assert dialog.outcome.toPlainText() == "ranks 0-1: applied stack after 2 s, flush interval 0.25 s"
         assert dialog.status.text().endswith(": 2 applied everything asked")
         assert training.stack_thresholds() == [2.0, 2.0]
+        assert [agent._publisher.flush_interval_s for agent in training.agents] == [0.25, 0.25]  # type: ignore[union-attr]
         dialog.close()
     finally:
         training.close()
