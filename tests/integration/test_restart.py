@@ -113,7 +113,12 @@ def test_clean_exit_and_ctrl_c_never_restart(recorder: tuple[str, Path], tmp_pat
     command = _trainer(tmp_path, steps=100_000, checkpoints="ck-ctrl-c")
     process = subprocess.Popen([str(RINGSCOPE), "run", "--endpoint", endpoint, "--restart", "hang,failure,lost", "--",
                                 *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(8)
+    checkpoints = tmp_path / "ck-ctrl-c"
+    deadline = time.monotonic() + 60
+    while not (checkpoints.is_dir() and any(checkpoints.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.1)  # training for real: its first checkpoint (step 20) is written
+    started = checkpoints.is_dir() and any(checkpoints.iterdir())
+    assert process.poll() is None and started, process.communicate()[1][-3000:]
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert "stopped by the user: no restart" in err and "attempt 2" not in err, err[-3000:]
