@@ -91,17 +91,22 @@ def record_cli(ranks: int, steps_per_second: float, duration_s: float) -> list[d
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "record.db"
         endpoint = f"tcp://127.0.0.1:{free_ports(1)[0]}"
-        recorder = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(path),
-                                     "--bind", endpoint], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log = Path(folder) / "record.log"
+        with log.open("w") as sink:
+            recorder = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(path),
+                                         "--bind", endpoint], stdout=sink, stderr=subprocess.STDOUT)
         try:
-            time.sleep(2.0)  # bound and listening (the agents would wait for it anyway)
+            deadline = time.monotonic() + 60
+            while "listening on" not in log.read_text() and recorder.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)  # bound: every record from the first step on has somewhere to go
             started = time.monotonic()
             result = run_cluster(ranks, endpoint=endpoint, steps_per_second=steps_per_second,
                                  duration_s=duration_s)
             simulated_s = time.monotonic() - started
         finally:
             recorder.send_signal(2)  # Ctrl-C: ringscope record writes everything it received, then exits
-            output = recorder.communicate(timeout=600)[0]
+            recorder.wait(timeout=600)
+            output = log.read_text()
         drained_s = time.monotonic() - started - simulated_s
         info = json.loads(subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "info", str(path)],
                                          capture_output=True, text=True, timeout=600, check=True).stdout)

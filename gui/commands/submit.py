@@ -30,7 +30,7 @@ from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.slurm import batch_script
 from ringscope.gui.core.launch.slurm_settings import SlurmSettings
 from ringscope.gui.core.launch.spec import KINDS, REFERENCE, LaunchSpec, new_run_id
-from ringscope.gui.core.launch.validation import validate
+from ringscope.gui.core.launch.validation import SBATCH_MISSING, validate
 
 EXIT_USAGE = 2
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         spec = replace(spec, trainer=os.path.abspath(os.path.join(spec.working_dir or "", spec.trainer)))
     errors = validate(spec, endpoint)
     if args.print_only:
-        errors = [error for error in errors if "sbatch is not installed" not in error]
+        errors = [error for error in errors if error != SBATCH_MISSING]  # printing needs no Slurm here
     if errors:  # every problem, in the one line every command gives
         print("ringscope submit: " + "; ".join(errors), file=sys.stderr)
         return EXIT_USAGE
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(batch_script(spec, endpoint))
         return 0
     [plan] = build_commands(spec, endpoint)
-    os.environ.update(plan.env)  # the follower reads the script from here; sbatch passes the rest to the job
-    from ringscope.gui.core.launch import slurm_job
-
-    return slurm_job.main(plan.argv[3:])
+    # this process becomes the follower the window would start: Ctrl-C reaches it (scancel), its exit code is ours
+    if plan.cwd:
+        os.chdir(plan.cwd)
+    os.execve(plan.argv[0], plan.argv, plan.full_env())

@@ -316,6 +316,11 @@ class QtLaunchDialog(QtWidgets.QDialog):
         kind: LaunchKind = self.kind_combo.currentData()
         return kind
 
+    def _target(self, kind: LaunchKind) -> tuple[bool, bool]:
+        """(over SSH: hosts given for a kind that can use them, on Slurm): where the form's launch runs."""
+        on_slurm = self.target_combo.currentIndex() == 1
+        return bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored" and not on_slurm, on_slurm
+
     def _read_form(self) -> tuple[LaunchSpec, list[str]]:
         errors: list[str] = []
         kind = self._kind()
@@ -329,9 +334,8 @@ class QtLaunchDialog(QtWidgets.QDialog):
         errors += env_errors
         base_port: int | None = None
         port_text = self.base_port_edit.text().strip()
-        on_slurm = self.target_combo.currentIndex() == 1
-        remote = (bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored") or on_slurm
-        if (kind == "tf_multi_worker" or remote) and port_text:
+        over_ssh, on_slurm = self._target(kind)
+        if (kind == "tf_multi_worker" or over_ssh or on_slurm) and port_text:
             if port_text.isdigit():
                 base_port = int(port_text)
             else:
@@ -354,8 +358,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
             python=self.python_edit.text().strip() or sys.executable,
             base_port=base_port,
             zero_code=self.zero_code_check.isChecked(),
-            hosts=tuple(self.hosts_edit.text().replace(",", " ").split()) if kind != "tf_mirrored" and not on_slurm
-            else (),
+            hosts=tuple(self.hosts_edit.text().replace(",", " ").split()) if over_ssh else (),
             ssh_user=self.ssh_user_edit.text().strip() or None,
             ssh_key=self.ssh_key_edit.text().strip() or None,
             restart_max=self.restart_spin.value(),
@@ -375,8 +378,7 @@ class QtLaunchDialog(QtWidgets.QDialog):
         self._form.setRowVisible(self._script_row, not reference)
         self._form.setRowVisible(self.args_edit, not reference)
         self._form.setRowVisible(self.zero_code_check, not reference)
-        on_slurm = self.target_combo.currentIndex() == 1
-        remote = bool(self.hosts_edit.text().strip()) and kind != "tf_mirrored" and not on_slurm
+        remote, on_slurm = self._target(kind)
         self._form.setRowVisible(self.hosts_edit, kind != "tf_mirrored" and not on_slurm)
         self._form.setRowVisible(self.ssh_user_edit, remote)
         self._form.setRowVisible(self.ssh_key_edit, remote)

@@ -210,8 +210,8 @@ def test_a_forced_kill_of_the_follower_still_cancels_the_job(cluster: Cluster) -
     assert cluster.wait(lambda: not run.alive and all(not p.alive for p in run.stop_processes), 30)
     assert follower.returncode == -9 and [p.plan.argv for p in run.stop_processes] == [
         ["scancel", "--name=ringscope-slurm-kill"]]
-    assert _eventually(lambda: cluster.slurm.squeue(job_id).startswith("CANCELLED"), 30), cluster.slurm.squeue(job_id)
-    assert _eventually(lambda: left_on_hosts(cluster, "slurm-kill") == {}, 15)
+    assert cluster.wait(lambda: cluster.slurm.squeue(job_id).startswith("CANCELLED"), 30), cluster.slurm.squeue(job_id)
+    assert cluster.wait(lambda: left_on_hosts(cluster, "slurm-kill") == {}, 15)
 
 
 def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Cluster) -> None:
@@ -221,7 +221,7 @@ def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Clu
     blocker_id = blocker.stdout.strip()
     assert blocker.returncode == 0 and blocker_id.isdigit(), blocker.stderr
     try:
-        assert _eventually(lambda: cluster.slurm.squeue(blocker_id).startswith("RUNNING"), 30)
+        assert cluster.wait(lambda: cluster.slurm.squeue(blocker_id).startswith("RUNNING"), 30)
         run = cluster.launcher.start(cluster.spec("slurm-queued", 10, nodes=1, processes=1,
                                                   slurm=SlurmSettings(nodes=1, partition="solo")))
         follower = run.processes[0]
@@ -239,15 +239,6 @@ def test_a_job_waiting_for_a_busy_node_shows_queued_with_its_reason(cluster: Clu
         assert ("queued", f"job {job_id} queued (Resources)") in said and said[-1][0] == "cancelled", said
     finally:
         subprocess.run(["scancel", blocker_id], timeout=30, env=cluster.slurm.client_env(), check=False)
-
-
-def _eventually(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_ringscope_submit_follows_a_failing_job_to_its_exit_code(cluster: Cluster) -> None:
@@ -298,7 +289,7 @@ def test_a_job_the_user_submitted_with_ringscope_run_inside_shows_up_with_its_jo
                           cwd=cluster.work, env=cluster.slurm.client_env())
     job_id = done.stdout.strip()
     assert done.returncode == 0 and job_id.isdigit(), done.stderr
-    assert _eventually(lambda: cluster.slurm.squeue(job_id).startswith(("COMPLETED", "FAILED")), 120)
+    assert cluster.wait(lambda: cluster.slurm.squeue(job_id).startswith(("COMPLETED", "FAILED")), 120)
     assert cluster.slurm.squeue(job_id).startswith("COMPLETED"), (
         cluster.work / f"own-job-{job_id}.out").read_text()
     cluster.recorded(cluster.recorder.rows_written)

@@ -65,13 +65,12 @@ def local_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | Non
                 "--nproc-per-node", str(spec.processes), *program]
         return [ProcessPlan("torchrun", argv, base_env, cwd)]
     if spec.kind == "tf_mirrored":
-        extra = ["--strategy", "mirrored", "--devices", str(spec.processes)] if spec.uses_reference else []
-        return [ProcessPlan("tf-mirrored", [spec.python, *program, *extra], base_env, cwd)]
+        return [ProcessPlan("tf-mirrored", [spec.python, *program, *strategy_words(spec)], base_env, cwd)]
     if spec.kind == "tf_multi_worker":
         ports = list(range(spec.base_port, spec.base_port + spec.processes)) if spec.base_port else \
             free_ports(spec.processes)
         cluster = {"worker": [f"localhost:{port}" for port in ports]}
-        extra = ["--strategy", "multi_worker_mirrored"] if spec.uses_reference else []
+        extra = strategy_words(spec)
         plans = []
         for index in range(spec.processes):
             env = dict(base_env)
@@ -111,6 +110,18 @@ def program_words(spec: LaunchSpec) -> list[str]:
     if spec.uses_reference:
         return ["-m", REFERENCE_MODULES[spec.kind], *_option_words(spec)]
     return [spec.trainer, *spec.script_args]
+
+
+def strategy_words(spec: LaunchSpec) -> list[str]:
+    """What tells the TensorFlow reference trainer its strategy (``--strategy mirrored --devices N`` or
+    ``--strategy multi_worker_mirrored``); nothing for a user's script or another kind."""
+    if not spec.uses_reference:
+        return []
+    if spec.kind == "tf_mirrored":
+        return ["--strategy", "mirrored", "--devices", str(spec.processes)]
+    if spec.kind == "tf_multi_worker":
+        return ["--strategy", "multi_worker_mirrored"]
+    return []
 
 
 # ---- Internals ---------------------------------------------------------------------------------------------------

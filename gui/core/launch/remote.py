@@ -40,7 +40,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Final
 
-from ringscope.gui.core.launch.plan import ENV_RUN_ID, ProcessPlan, launch_env, program_words
+from ringscope.gui.core.launch.plan import ENV_RUN_ID, ProcessPlan, launch_env, program_words, strategy_words
 from ringscope.gui.core.launch.spec import LaunchKind, LaunchSpec
 
 ENV_HOST: Final[str] = "RINGSCOPE_HOST"  # the name ringscope.agent.devices reports as the host, when set
@@ -165,8 +165,7 @@ def host_commands(spec: LaunchSpec, index: int) -> list[tuple[list[str], dict[st
     port = spec.base_port or DEFAULT_WORKER_PORT
     if spec.kind == "tf_multi_worker":
         cluster = {"worker": [host_port(host, port + local) for host in hosts for local in range(per_host)]}
-        extra = ["--strategy", "multi_worker_mirrored"] if spec.uses_reference else []
-        return [([spec.python, *program, *extra],
+        return [([spec.python, *program, *strategy_words(spec)],
                  {"TF_CONFIG": json.dumps({"cluster": cluster,
                                            "task": {"type": "worker", "index": index * per_host + local}})})
                 for local in range(per_host)]

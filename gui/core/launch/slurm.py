@@ -38,14 +38,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 import ringscope
 from ringscope.agent.keys import ENV_KEY
 from ringscope.agent.runtime import ENV_ATTEMPT
-from ringscope.gui.core.launch.plan import ENV_ENDPOINT, ENV_RUN_ID, ProcessPlan, launch_env, program_words
+from ringscope.gui.core.launch.plan import ENV_ENDPOINT, ProcessPlan, launch_env, program_words, strategy_words
 from ringscope.gui.core.launch.remote import DEFAULT_RENDEZVOUS_PORT, DEFAULT_WORKER_PORT
 from ringscope.gui.core.launch.spec import LaunchSpec
 
@@ -66,8 +66,8 @@ STATE_WORDS: Final[dict[str, str]] = {
     "CANCELLED": "cancelled", "TIMEOUT": "timeout", "SPECIAL_EXIT": "failed",
 }
 FOLLOWER_NAME: Final[str] = "slurm job"  # the follower's process name (ProcessPlan.name)
-_STATE_LINE = re.compile(r"^ringscope: job (\d+) "
-                         r"(queued|starting|running|suspended|finished|failed|cancelled|timeout)\b(.*)$")
+STATE_PREFIX: Final[str] = "ringscope: "  # the follower's own lines start so; the rest is the job's output
+_STATE_LINE = re.compile(rf"^{STATE_PREFIX}(job \d+ (?:{'|'.join(sorted(set(STATE_WORDS.values())))})\b.*)$")
 FINAL_WORDS: Final[frozenset[str]] = frozenset({"finished", "failed", "cancelled", "timeout"})
 # The follower's exit code for each final state: a job's own code when it failed, timeout(1)'s 124 for a time limit,
 # 143 (128 + SIGTERM) when it was cancelled, as a process stopped from the panel reports it.
@@ -111,6 +111,11 @@ class JobState:
             return f"failed ({', '.join(details)})" if details else "failed"
         return word
 
+    def line(self) -> str:
+        """``job 41 queued (Resources)``: the follower prints it after ``STATE_PREFIX``, the collector records it
+        (the ``scheduler`` attempt note's detail) and the process panel reads it back (``job_state_line``)."""
+        return f"job {self.job_id} {self.describe()}"
+
     def exit_status(self) -> int:
         """The follower's exit code for a final state (see ``EXIT_TIMEOUT``)."""
         word = self.word
@@ -132,8 +137,8 @@ def slurm_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | Non
     """The follower process of a Slurm launch (``spec.slurm`` set, with a run id). See the module docstring."""
     assert spec.run_id is not None and spec.slurm is not None, "slurm_plans needs a Slurm spec with a run id"
     script = batch_script(spec, endpoint, agent_env)
-    env = {ENV_BATCH_SCRIPT: script, ENV_RUN_ID: spec.run_id, ENV_ENDPOINT: endpoint, "PYTHONUNBUFFERED": "1",
-           **{key: value for key, value in (agent_env or {}).items()}}
+    # the collector's address and token: the follower tells it the job's states, and sbatch passes the token on
+    env = {ENV_BATCH_SCRIPT: script, ENV_ENDPOINT: endpoint, "PYTHONUNBUFFERED": "1", **(agent_env or {})}
     argv = [spec.python, "-m", "ringscope.gui.core.launch.slurm_job", "--run-id", spec.run_id,
             "--directory", output_directory(spec)]
     return [ProcessPlan(FOLLOWER_NAME, argv, env, spec.working_dir)]
@@ -189,7 +194,7 @@ def batch_script(spec: LaunchSpec, endpoint: str, agent_env: Mapping[str, str] |
         "",
         "# What every rank's Ringscope agent needs (the zero-code bootstrap comes with PYTHONPATH)",
         *(f"export {key}={shlex.quote(value)}" for key, value in exported.items()),
-        f'export {ENV_ATTEMPT}="${{{ENV_ATTEMPT}:-1}}"',
+        *([] if ENV_ATTEMPT in exported else [f'export {ENV_ATTEMPT}="${{{ENV_ATTEMPT}:-1}}"']),
         "",
         "# The allocation's first node hosts the rendezvous",
         'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
@@ -256,10 +261,10 @@ def parse_sacct(job_id: str, text: str) -> JobState | None:
 
 
 def job_state_line(line: str) -> str | None:
-    """``"job 41 queued (Resources)"`` when ``line`` is one of the follower's state lines, else None (what the
-    process panel shows as a Slurm job's state)."""
+    """``JobState.line()`` when ``line`` is one of the follower's state lines, else None (what the process panel
+    shows as a Slurm job's state)."""
     found = _STATE_LINE.match(line)
-    return f"job {found.group(1)} {found.group(2)}{found.group(3)}" if found else None
+    return found.group(1) if found else None
 
 
 def parse_job_id(sbatch_output: str) -> str | None:
@@ -281,53 +286,42 @@ def _sbatch_option(line: str) -> str:
     return text[len("#SBATCH"):].strip() if text.upper().startswith("#SBATCH") else text
 
 
+class _Var(str):
+    """A shell word this module builds from a task's Slurm variables (``$SLURM_JOB_ID``): expanded by bash in the
+    task, where every other word (a user's arguments included) is quoted literally."""
+
+
 def _task_lines(spec: LaunchSpec) -> list[str]:
-    """``ringscope_task``: what each Slurm task runs on its node, exported for ``srun``'s ``bash -c``."""
+    """``ringscope_task``: what each Slurm task runs on its node, exported for ``srun``'s ``bash -c`` (and, for
+    MultiWorkerMirrored, the worker list it reads, built before it)."""
     program = program_words(spec)
     per_node = spec.processes
+    before: list[str] = []
     body: list[str] = ['export RINGSCOPE_HOST="$SLURMD_NODENAME"']
+    argv: list[str] = [spec.python, *program, *strategy_words(spec)]
     if spec.kind == "ddp":
         port = spec.base_port or DEFAULT_RENDEZVOUS_PORT
-        argv = [spec.python, "-m", "torch.distributed.run", "--nnodes", "$SLURM_JOB_NUM_NODES",
+        argv = [spec.python, "-m", "torch.distributed.run", "--nnodes", _Var("$SLURM_JOB_NUM_NODES"),
                 "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"$RINGSCOPE_HEAD_NODE:{port}", "--rdzv-id", "$SLURM_JOB_ID",
+                "--rdzv-endpoint", _Var(f"$RINGSCOPE_HEAD_NODE:{port}"), "--rdzv-id", _Var("$SLURM_JOB_ID"),
                 "--max-restarts", "0", *program]
         comment = f"# one torchrun per node, {per_node} ranks each, rendezvous on the first node"
     elif spec.kind == "tf_multi_worker":
         port = spec.base_port or DEFAULT_WORKER_PORT
-        extra = ["--strategy", "multi_worker_mirrored"] if spec.uses_reference else []
-        argv = [spec.python, *program, *extra]
-        comment = (f"# one MultiWorkerMirroredStrategy worker per task, {per_node} per node; TF_CONFIG lists every "
-                   "node's ports, in the allocation's order")
+        before = [f"workers=(); for node in \"${{nodes[@]}}\"; do for ((i = 0; i < {per_node}; i++)); do "
+                  f"workers+=(\"\\\"$node:$(({port} + i))\\\"\"); done; done",
+                  'export RINGSCOPE_TF_WORKERS="[$(IFS=,; echo "${workers[*]}")]"']
         body.append('export TF_CONFIG="{\\"cluster\\": {\\"worker\\": $RINGSCOPE_TF_WORKERS}, '
                     '\\"task\\": {\\"type\\": \\"worker\\", \\"index\\": $SLURM_PROCID}}"')
-        return [
-            f"workers=(); for node in \"${{nodes[@]}}\"; do for ((i = 0; i < {per_node}; i++)); do "
-            f"workers+=(\"\\\"$node:$(({port} + i))\\\"\"); done; done",
-            'export RINGSCOPE_TF_WORKERS="[$(IFS=,; echo "${workers[*]}")]"',
-            "", comment, "ringscope_task() {", *(f"    {line}" for line in body),
-            f"    exec {_words(argv)}", "}", "export -f ringscope_task"]
+        comment = (f"# one MultiWorkerMirroredStrategy worker per task, {per_node} per node; TF_CONFIG lists every "
+                   "node's ports, in the allocation's order")
     elif spec.kind == "tf_mirrored":
-        extra = ["--strategy", "mirrored", "--devices", str(per_node)] if spec.uses_reference else []
-        argv = [spec.python, *program, *extra]
         comment = f"# one MirroredStrategy process on {per_node} devices"
     else:
         port = spec.base_port or DEFAULT_WORKER_PORT
         body += ['export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS"',
                  f'export NODE_RANK="$SLURM_NODEID" MASTER_ADDR="$RINGSCOPE_HEAD_NODE" MASTER_PORT={port}']
-        argv = [spec.python, *program]
         comment = f"# {per_node} copies of the script per node, with torchrun's rank variables"
-    return ["", comment, "ringscope_task() {", *(f"    {line}" for line in body), f"    exec {_words(argv)}", "}",
+    words = " ".join(f'"{word}"' if isinstance(word, _Var) else shlex.quote(word) for word in argv)
+    return [*before, "", comment, "ringscope_task() {", *(f"    {line}" for line in body), f"    exec {words}", "}",
             "export -f ringscope_task"]
-
-
-def _words(argv: Sequence[str]) -> str:
-    """Shell words: literal words quoted; the words this module builds from the task's Slurm variables
-    (``$SLURM_JOB_ID``, ``$RINGSCOPE_HEAD_NODE:PORT``) expanded in double quotes."""
-    out = []
-    for word in argv:
-        if re.fullmatch(r"\$(SLURM_[A-Z_]+|RINGSCOPE_HEAD_NODE)(:\d+)?", word):
-            out.append(f'"{word}"')
-        else:
-            out.append(shlex.quote(word))
-    return " ".join(out)

@@ -27,11 +27,12 @@ from typing import Final
 
 from ringscope.agent.control import AttemptNote
 from ringscope.agent.keys import AccessKeyError, agent_keys_from_env
-from ringscope.agent.runtime import ENV_ATTEMPT, ENV_ENDPOINT
+from ringscope.agent.runtime import ENV_ENDPOINT, current_attempt
 from ringscope.gui.core.launch.restart import CollectorLink
 from ringscope.gui.core.launch.slurm import (
     ENV_BATCH_SCRIPT,
     EXIT_CANCELLED,
+    STATE_PREFIX,
     JobState,
     job_name,
     parse_job_id,
@@ -69,13 +70,13 @@ class _Follower:
         return state
 
     def say_state(self, state: JobState) -> None:
-        text = state.describe()
-        if text != self.last:
-            self.last = text
-            _say(f"job {self.job_id} {text}")
+        line = state.line()
+        if line != self.last:
+            self.last = line
+            _say(line)
             if self.link is not None:  # the runs table's Slurm state (recorded with the run's attempts)
                 note = AttemptNote(self.attempt, "scheduler", time.time(), state.word,
-                                   state.exit_status() if state.final else None, f"job {self.job_id} {text}")
+                                   state.exit_status() if state.final else None, line)
                 if not self.link.note(self.run_id, note):
                     log.debug("the collector did not take job %s's state: %s", self.job_id, self.link.last_error)
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     directory = Path(args.directory)
-    attempt = os.environ.get(ENV_ATTEMPT, "1")
+    attempt = current_attempt() or 1
     try:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{args.run_id}.attempt-{attempt}.sh"
@@ -139,8 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"sbatch refused the job (exit code {submitted.returncode}): "
              f"{(submitted.stderr or submitted.stdout).strip() or 'no message'}")
         return EXIT_SUBMIT_FAILED
-    follower = _Follower(job_id, directory / f"{job_name(args.run_id)}-{job_id}.out", args.run_id,
-                         int(attempt) if attempt.isdigit() and int(attempt) >= 1 else 1)
+    follower = _Follower(job_id, directory / f"{job_name(args.run_id)}-{job_id}.out", args.run_id, attempt)
     _say(f"submitted job {job_id}; its output: {follower.output}")
     while True:
         if stop["asked"]:
@@ -190,7 +190,7 @@ def _command(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
 
 
 def _say(text: str) -> None:
-    print(f"ringscope: {text}", flush=True)
+    print(f"{STATE_PREFIX}{text}", flush=True)
 
 
 if __name__ == "__main__":

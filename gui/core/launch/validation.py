@@ -23,6 +23,8 @@ from ringscope.gui.core.launch.remote import MAX_HOSTS, MULTI_NODE_KINDS, check_
 from ringscope.gui.core.launch.slurm import check_slurm
 from ringscope.gui.core.launch.spec import KIND_TITLES, KINDS, MAX_PROCESSES, LaunchSpec, parse_env_lines
 
+SBATCH_MISSING = ("Slurm's sbatch is not installed on this machine (a Slurm launch submits from here); install "
+                  "Slurm's client commands (apt-get install slurm-client) or choose another target")
 _FRAMEWORK_MODULE = {"ddp": "torch", "tf_mirrored": "tensorflow", "tf_multi_worker": "tensorflow"}
 _SSH_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _LAUNCHER_NAME = {"ddp": "torchrun (torch.distributed.run)", "tf_mirrored": "TensorFlow",
@@ -74,9 +76,11 @@ def _check_processes(spec: LaunchSpec) -> list[str]:
     if not 1 <= spec.processes <= MAX_PROCESSES:
         unit = "devices" if spec.kind == "tf_mirrored" else "processes"
         return [f"number of {unit} {spec.processes} is out of range; expected 1..{MAX_PROCESSES}"]
-    if spec.hosts and spec.processes * len(spec.hosts) > MAX_PROCESSES:
-        return [f"{spec.processes} processes on each of {len(spec.hosts)} hosts make "
-                f"{spec.processes * len(spec.hosts)}, more than {MAX_PROCESSES}; use fewer per host or fewer hosts"]
+    machines, unit = (len(spec.hosts), "host") if spec.hosts else (
+        (spec.slurm.nodes, "node") if spec.slurm is not None and isinstance(spec.slurm.nodes, int) else (1, ""))
+    if spec.processes * machines > MAX_PROCESSES:
+        return [f"{spec.processes} processes on each of {machines} {unit}s make {spec.processes * machines}, more "
+                f"than {MAX_PROCESSES}; use fewer per {unit} or fewer {unit}s"]
     return []
 
 
@@ -163,13 +167,8 @@ def _check_slurm(spec: LaunchSpec) -> list[str]:
     if spec.slurm is None:
         return []
     errors = check_slurm(spec)
-    nodes = spec.slurm.nodes if isinstance(spec.slurm.nodes, int) else 1
-    if isinstance(spec.processes, int) and spec.processes * nodes > MAX_PROCESSES:
-        errors.append(f"{spec.processes} ranks on each of {nodes} nodes make {spec.processes * nodes}, more than "
-                      f"{MAX_PROCESSES}; use fewer per node or fewer nodes")
     if shutil.which("sbatch") is None:
-        errors.append("Slurm's sbatch is not installed on this machine (a Slurm launch submits from here); install "
-                      "Slurm's client commands (apt-get install slurm-client) or choose another target")
+        errors.append(SBATCH_MISSING)
     return errors
 
 

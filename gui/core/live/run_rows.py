@@ -41,6 +41,7 @@ class RowFacts:
     goodput: Goodput | None = None
     job_ids: tuple[str, ...] = ()
     scheduler: str = ""
+    scheduler_word: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +71,8 @@ class RunRow:
     attempt_reasons: tuple[str, ...] = ()  # why each earlier attempt ended (hang, failure, lost): supervisor notes
     goodput: Goodput | None = None  # the run's wall time by cause so far (ringscope.gui.core.analysis.goodput)
     job_ids: tuple[str, ...] = ()  # the Slurm jobs it ran in (SLURM_JOB_ID in its agents' Hello), one per attempt
-    scheduler: str = ""  # the batch scheduler's latest word on its current attempt (``job 41 timeout``), "" none
-
-    @property
-    def scheduler_word(self) -> str:
-        """The scheduler's state word of ``scheduler`` (``timeout`` of ``job 41 timeout``), "" when none."""
-        parts = self.scheduler.split()
-        return parts[2] if len(parts) >= 3 and parts[0] == "job" else ""
+    scheduler: str = ""  # the batch scheduler's latest sentence on its current attempt (``job 41 timeout``), "" none
+    scheduler_word: str = ""  # its state word (``timeout``; ``slurm.STATE_WORDS``), "" none
 
     @property
     def job_text(self) -> str:
@@ -120,4 +116,4 @@ def build_row(run: RowFacts, now: float) -> RunRow:
         devices=max(gpus, ranks), device_unit="GPU" if gpus else "rank",
         exit_code=run.launch.exit_code if run.launch is not None else None, in_memory=run.store is not None,
         attempts=run.attempts, attempt_reasons=run.attempt_reasons, goodput=run.goodput, job_ids=run.job_ids,
-        scheduler=run.scheduler)
+        scheduler=run.scheduler, scheduler_word=run.scheduler_word)

@@ -83,6 +83,8 @@ class _Run:
     decided_attempt: int = 0  # the attempt ``state`` was last decided for
     attempt: int = 1  # the latest attempt (start) of the run an agent said it belongs to (``Hello.attempt``)
     attempt_notes: list[AttemptNote] = field(default_factory=list)  # what a restart supervisor said
+    scheduler: AttemptNote | None = None  # the batch scheduler's latest word on its job (a ``scheduler`` note)
+    job_ids: dict[str, None] = field(default_factory=dict)  # Slurm jobs its agents ran in, in the order they joined
     meter: GoodputMeter = field(default_factory=GoodputMeter)
 
     def join(self, agent_id: str, hello: Hello) -> None:
@@ -100,6 +102,8 @@ class _Run:
         self.started_s = min(self.started_s, hello.started_s)
         self.world_size = max(self.world_size, hello.world_size)
         self.hosts.add(hello.host)
+        if hello.job_id:
+            self.job_ids[hello.job_id] = None
 
 
 class LiveRuns:
@@ -307,10 +311,8 @@ class LiveRuns:
             self._release_old(time.time(), room=1)
             held = sum(1 for r in self._runs.values() if r.store is not None)
             store = self._factory(hello.run_id) if held < self._max_runs else None
-            run = _Run(hello.run_id, store, hello, launch=early)
-            scheduled = self._early_scheduler.pop(hello.run_id, None)
-            if scheduled is not None:
-                run.attempt_notes.append(scheduled)
+            run = _Run(hello.run_id, store, hello, launch=early,
+                       scheduler=self._early_scheduler.pop(hello.run_id, None))
             self._runs[hello.run_id] = run
             self._version += 1
         if agent_id not in run.agents and run.state in ENDED_STATES and run.launch is None:
@@ -392,7 +394,10 @@ class LiveRuns:
         """A restart supervisor's word on an attempt of a run (collector thread; ``IngestSink`` hook)."""
         with self._lock:
             run = self._runs.get(run_id)
-            if run is not None:
+            if run is not None and note.event == "scheduler":
+                run.scheduler = note
+                self._version += 1
+            elif run is not None:
                 run.attempt_notes.append(note)
                 run.meter.note(note)
                 self._version += 1
@@ -474,19 +479,14 @@ class LiveRuns:
                          tuple(n.reason for n in run.attempt_notes if n.event == "ended" and n.attempt < run.attempt),
                          run.meter.goodput(max(run.world_size, len(run.rank_agent), 1),
                                            run.ended_s if math.isfinite(run.ended_s) else self._last_message(run)),
-                         _job_ids(run), _scheduler(run))
+                         tuple(run.job_ids), *_scheduler(run))
 
 
-def _scheduler(run: _Run) -> str:
-    """The batch scheduler's latest word on the run's current attempt (``job 41 timeout``), "" when none."""
-    said = [n for n in run.attempt_notes if n.event == "scheduler" and n.attempt >= run.attempt]
-    return said[-1].detail if said else ""
-
-
-def _job_ids(run: _Run) -> tuple[str, ...]:
-    """The batch-scheduler jobs the run's agents ran in (``Hello.job_id``), in the order they joined: one per
-    attempt of a resubmitted Slurm run."""
-    return tuple(dict.fromkeys(hello.job_id for hello in run.agents.values() if hello.job_id))
+def _scheduler(run: _Run) -> tuple[str, str]:
+    """The batch scheduler's latest sentence and state word on the run's current attempt (``job 41 timeout``,
+    ``timeout``); empty when it said nothing of this attempt."""
+    note = run.scheduler
+    return (note.detail, note.reason) if note is not None and note.attempt >= run.attempt else ("", "")
 
 
 def _current_agents(run: _Run) -> list[str]:

@@ -127,3 +127,21 @@ def test_a_collector_continuing_a_recording_drops_what_it_holds_and_sees_no_gap(
     data = load(path)
     assert sorted(data.steps["step"].tolist()) == list(range(13))
     assert data.counters["gaps"] == 0 and data.counters["joined_late"] == []
+
+
+def test_a_file_of_an_older_minor_version_gets_the_fields_added_since(tmp_path: Path) -> None:
+    """Schema 1.4 appended ``Hello.job_id``: a 1.3 file (no such column) reopened by this version takes Hellos that
+    carry it; what the file held reads it as None."""
+    path = tmp_path / "old.db"
+    first = Recorder(path).start()
+    first.on_batch(wire.Batch("a0", 0, 1.0, (1, 3), [_hello("a0")]), 1.0)
+    first.close()
+    with sqlite3.connect(path) as connection:
+        connection.execute('ALTER TABLE "hello" DROP COLUMN "job_id"')  # what a 1.3 recorder wrote
+    newer = _hello("a1")
+    newer.job_id = "4100"
+    again = Recorder(path).reopen("ingest process restarted")
+    again.on_batch(wire.Batch("a1", 0, 1.0, (1, 4), [newer]), 1.0)
+    again.close()
+    assert again.write_errors == 0
+    assert {hello.agent_id: hello.job_id for hello in load(path).agents} == {"a0": None, "a1": "4100"}
