@@ -171,6 +171,7 @@ class Publisher:
         self._control_refused = 0
         self._close_deadline = 0.0  # monotonic time by which the sender thread must have finished closing
         self._unconfirmed_at_close = 0
+        self._report_close = True  # close(report=False): the counts are kept, the caller says them
         # (seq, records) of messages forgotten unacknowledged: a later ack still confirms them (at most
         # _EXPIRED_KEPT; older ones stay counted in _expired_records)
         self._expired: deque[tuple[int, int]] = deque()
@@ -227,20 +228,22 @@ class Publisher:
             atexit.register(self.close)
         return self
 
-    def close(self, timeout_s: float = 2.0) -> None:
+    def close(self, timeout_s: float = 2.0, *, report: bool = True) -> None:
         """Flush what is queued, wait for the collector to confirm it, and stop, all within ``timeout_s``.
 
         What is still queued when no collector takes it is counted in ``dropped_records``; what was sent but not
-        acknowledged by a collector that acknowledges is counted in ``unconfirmed_at_close`` and logged. Safe to
-        call twice and from ``atexit``."""
+        acknowledged by a collector that acknowledges is counted in ``unconfirmed_at_close`` and, with ``report``,
+        logged (a caller closing many agents reports their counts once instead). Safe to call twice and from
+        ``atexit``."""
         if self._closed or os.getpid() != self._owner_pid:
             return  # a forked child (e.g. a data-loader worker) must not touch the parent's socket
         self._closed = True
+        self._report_close = report
         self._close_deadline = time.monotonic() + max(0.0, timeout_s - _CLOSE_MARGIN_S)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-            if self._thread.is_alive():
+            if self._thread.is_alive() and report:
                 log.warning("ringscope: sender did not finish within %.1f s; %d records left", timeout_s,
                             len(self._queue))
 
@@ -378,7 +381,7 @@ class Publisher:
         self._drop_pending()
         waiting = sum(message[3] for message in self._unacked)
         self._unconfirmed_at_close = unconfirmed = waiting + self._expired_records
-        if unconfirmed:
+        if unconfirmed and self._report_close:
             log.warning("ringscope: %d record(s) sent were never confirmed by the collector (%d still waiting at "
                         "close, %d forgotten unacknowledged before); it may have written them: the recording says "
                         "what it holds", unconfirmed, waiting, self._expired_records)

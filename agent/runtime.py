@@ -231,8 +231,9 @@ class Agent:
         """Queue and drop counters, or None when disabled."""
         return None if self._publisher is None else self._publisher.stats
 
-    def close(self, timeout_s: float = 2.0, *, finished: bool = True) -> None:
-        """Send a ``finished`` event (unless told not to), flush within ``timeout_s`` and stop the threads."""
+    def close(self, timeout_s: float = 2.0, *, finished: bool = True, report: bool = True) -> None:
+        """Send a ``finished`` event (unless told not to), flush within ``timeout_s`` and stop the threads;
+        ``report=False`` leaves saying what the collector did not confirm to the caller (``Publisher.close``)."""
         if self._publisher is None:
             return
         if self._heartbeat is not None:
@@ -241,7 +242,7 @@ class Agent:
             self.event(EventKind.FINISHED, rank=self.identity.rank)
         if self._sampler is not None:
             self._sampler.close()
-        self._publisher.close(timeout_s)
+        self._publisher.close(timeout_s, report=report)
 
     def __enter__(self) -> Agent:
         return self

@@ -463,17 +463,11 @@ def _sleep_until(wall_s: float, stop: Any, watch: _DeliveryWatch) -> bool:
 def _close_all(agents: Sequence[Agent]) -> None:
     """Close agents in parallel (each waits, up to 5 s, for the collector to confirm what it sent); what the
     collector did not confirm is said once for the process, not once per agent."""
-    publisher_log = logging.getLogger("ringscope.agent.publisher")
-    level = publisher_log.level
-    publisher_log.setLevel(logging.ERROR)
-    try:
-        closers = [threading.Thread(target=a.close, args=(5.0,), daemon=True) for a in agents]
-        for closer in closers:
-            closer.start()
-        for closer in closers:
-            closer.join(10.0)
-    finally:
-        publisher_log.setLevel(level)
+    closers = [threading.Thread(target=a.close, args=(5.0,), kwargs={"report": False}, daemon=True) for a in agents]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(10.0)
     unconfirmed = [stats.unconfirmed_at_close for a in agents if (stats := a.stats) is not None]
     if any(unconfirmed):
         log.warning("ringscope simulate: %d record(s) of %d agent(s) sent but never confirmed by the collector (it "

@@ -4,6 +4,7 @@ real tool requests (``ringscope.gui.core.ingest.ask``), and raw ZeroMQ peers for
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -395,9 +396,12 @@ def test_close_waits_until_a_collector_behind_has_confirmed_everything() -> None
     assert stats.unacked == 0 and took < 30.0
 
 
-def test_what_a_collector_never_confirms_at_close_is_counted_not_passed_off_as_sent() -> None:
+@pytest.mark.parametrize("report", [True, False])
+def test_what_a_collector_never_confirms_at_close_is_counted_not_passed_off_as_sent(
+        report: bool, caplog: pytest.LogCaptureFixture) -> None:
     """A collector that takes messages but has acknowledged none of them when the budget ends (here: it stopped
-    reading): the records are counted in ``unconfirmed_at_close`` and close still ends within its budget."""
+    reading): the records are counted in ``unconfirmed_at_close`` and close still ends within its budget; logged
+    unless the caller says them itself (``report=False``: the simulator, once for all its agents)."""
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
@@ -408,10 +412,13 @@ def test_what_a_collector_never_confirms_at_close_is_counted_not_passed_off_as_s
             publisher.put(Step(0, step, 1.0 + step, 2.0 + step, 1.0))
         _wait(lambda: publisher.stats.sent_records >= 100)
         started = time.monotonic()
-        publisher.close(1.0)
+        with caplog.at_level(logging.WARNING, logger="ringscope.agent.publisher"):
+            publisher.close(1.0, report=report)
         took = time.monotonic() - started
     finally:
         router.close(0)
         context.term()
     stats = publisher.stats
     assert stats.unconfirmed_at_close == stats.sent_records >= 100 and took < 1.5, stats  # + the last Health
+    said = [r.getMessage() for r in caplog.records if "never confirmed" in r.getMessage()]
+    assert len(said) == (1 if report else 0), said
