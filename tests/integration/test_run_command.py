@@ -97,10 +97,21 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+_MASTER_PORTS = iter(range(20_000 + os.getpid() % 5_000, 32_768))
+"""torchrun master ports: below Linux's ephemeral range (32768-60999), so no socket of the runs started together
+(gloo's, ZeroMQ's) is given one by the kernel before its torchrun binds it, and never the same one twice here. An
+ephemeral "free port" gave two of them the same port once (EADDRINUSE under the full suite)."""
+
+
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    for port in _MASTER_PORTS:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # someone else's
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def _torchrun(args: list[str], ranks: int = 2) -> list[str]:
