@@ -93,7 +93,8 @@ class QtGpuPanel(QtWidgets.QWidget):
         at most every ``MANY_REDRAW_S`` with more than ``MAX_LINES`` GPUs)."""
         if self._snap is not None:
             since = snap.now_s - self._snap.now_s
-            unchanged = snap.gpus is self._snap.gpus and snap.host_states is self._snap.host_states
+            unchanged = (snap.gpus is self._snap.gpus and snap.host_states is self._snap.host_states
+                         and snap.gpu_summary is self._snap.gpu_summary)
             if (unchanged and since < 1.0) or (len(snap.gpus) > MAX_LINES and 0 <= since < MANY_REDRAW_S):
                 return
         self._snap = snap

@@ -1,8 +1,19 @@
 """The device half of the live store: per-GPU and per-host reading rings, and the frame series built from them.
 
-What it owns: one bounded ring per GPU (keyed by ``(host, gpu_index)``) and per host, the copy-on-change caches that
-turn them into the immutable ``GpuSeries`` / ``HostState`` tuples of a ``Snapshot``, and their ``SessionData``
-columns. ``LiveStore`` (``ringscope.gui.core.live.store``) owns one ``DeviceSeries`` and is its only caller.
+What it owns: every GPU's readings as rows of (GPUs x ``series_len``) ring matrices (a row per ``(host,
+gpu_index)``, in first-seen order), each GPU's utilization binned per second (a (``BIN_SECONDS`` x GPUs) ring, for
+the many-GPU band), one ring per host, the copy-on-change caches that turn them into the immutable ``GpuSeries`` /
+``HostState`` tuples and the ``GpuSummary`` of a ``Snapshot``, and their ``SessionData`` columns. ``LiveStore``
+(``ringscope.gui.core.live.store``) owns one ``DeviceSeries`` and is its only caller.
+
+Why columns: with 8 192 GPUs sampled at 2 Hz, a frame every 0.25 s finds ~4 000 of them changed; rebuilding their
+series from per-GPU rings cost ~50 ms a frame and the band ~45 ms (binning every reading again). Past
+``gpu_summary.SUMMARY_ABOVE`` GPUs no view draws a series per GPU, so a frame's ``GpuSeries`` carry the GPU's
+identity and last reading only (empty arrays), and the band is built from the per-second bins, recomputing only the
+seconds that took a reading since the last summary.
+
+Memory, bounded: per GPU 3 x ``series_len`` float64 readings (14.4 kB at 600) + ``BIN_SECONDS`` x 12 B of bins; per
+host one ring of 3 x ``series_len``.
 
 What it must never do: import Qt, take a lock of its own (the store's lock guards it, see ``DeviceSeries``), grow
 without bound, or turn a missing reading into 0 (it stays NaN).
@@ -12,24 +23,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from ringscope.agent.schema import GpuSample, HostSample
-from ringscope.gui.core.live.snapshot import GpuSeries, HostState, readonly
+from ringscope.gui.core.analysis.quantiles import column_percentiles
+from ringscope.gui.core.live import gpu_summary
+from ringscope.gui.core.live.snapshot import GpuSeries, GpuSummary, HostState, readonly
 from ringscope.gui.core.session_data import Columns, empty_columns
 
-__all__ = ["DeviceSeries"]
+__all__ = ["BIN_SECONDS", "DeviceSeries"]
 
 _GPU_COLUMNS = ("ts_s", "util_pct", "mem_used_bytes")
 _HOST_COLUMNS = ("ts_s", "cpu_pct", "mem_used_bytes")
 _HOST_MIN_INTERVAL_S = 0.2  # many agents on one host each send its reading: keep one per this many seconds
+BIN_SECONDS: Final[int] = gpu_summary.WINDOW_S + 2
+"""Seconds of per-GPU utilization bins kept: the band's window and two more for readings that arrive late."""
+_NONE: Final[np.ndarray] = readonly(np.zeros(0))  # a many-GPU frame's series: identity and last reading only
 
 
 @dataclass(slots=True)
 class _Ring:
-    """A fixed-size ring of float64 columns (one ring per GPU or host)."""
+    """A fixed-size ring of float64 columns (one ring per host)."""
 
     names: tuple[str, ...]
     size: int
@@ -47,22 +63,104 @@ class _Ring:
         self.count += 1
 
     def ordered(self, name: str) -> np.ndarray:
-        """A copy of the column, oldest first (slices, not an index array: ~1 000 calls a second)."""
-        column = self.data[name]
-        if self.count <= self.size:
-            return column[:self.count].copy()
-        split = self.count % self.size
-        return np.concatenate((column[split:], column[:split]))
+        """A copy of the column, oldest first."""
+        return _oldest_first(self.data[name], self.count)
+
+
+class _GpuRings:
+    """Every GPU's readings as rows of three (GPUs x ``size``) ring matrices, and per-second utilization bins.
+
+    ``take`` costs a few scalar writes (~2 µs); the matrices double as GPUs appear.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.rows = 0
+        self.count: list[int] = []  # readings taken per row
+        self.latest: list[GpuSample] = []
+        self.data = {name: np.full((0, size), np.nan) for name in _GPU_COLUMNS}
+        self.total = np.zeros(0)  # mem_total_bytes per row (NaN: unknown)
+        # per-second means of utilization: column slot = second % BIN_SECONDS holds the second bin_sec[slot]
+        self.bin_sum = np.zeros((BIN_SECONDS, 0))
+        self.bin_n = np.zeros((BIN_SECONDS, 0), np.int32)
+        self.bin_sec = [-1] * BIN_SECONDS
+        self.bins_touched: set[int] = set()  # seconds that took a reading since the band last read them
+
+    def add(self) -> int:
+        row = self.rows
+        if row == self.total.size:
+            cap = max(8, 2 * row)
+            self.data = {name: _grown(m, cap, np.nan) for name, m in self.data.items()}
+            self.total = np.concatenate((self.total, np.full(cap - row, np.nan)))
+            self.bin_sum = np.concatenate((self.bin_sum, np.zeros((BIN_SECONDS, cap - row))), axis=1)
+            self.bin_n = np.concatenate((self.bin_n, np.zeros((BIN_SECONDS, cap - row), np.int32)), axis=1)
+        self.rows += 1
+        self.count.append(0)
+        self.latest.append(None)  # type: ignore[arg-type]  # set by the take that follows at once
+        return row
+
+    def take(self, row: int, g: GpuSample) -> None:
+        k = self.count[row]
+        slot = k % self.size
+        self.data["ts_s"][row, slot] = g.ts_s
+        self.data["util_pct"][row, slot] = math.nan if g.util_pct is None else g.util_pct
+        self.data["mem_used_bytes"][row, slot] = math.nan if g.mem_used_bytes is None else g.mem_used_bytes
+        if g.mem_total_bytes is not None:
+            self.total[row] = g.mem_total_bytes
+        self.count[row] = k + 1
+        self.latest[row] = g
+        if g.util_pct is not None and math.isfinite(g.ts_s) and math.isfinite(g.util_pct):
+            self._bin(row, math.floor(g.ts_s), g.util_pct)
+
+    def _bin(self, row: int, second: int, value: float) -> None:
+        slot = second % BIN_SECONDS
+        held = self.bin_sec[slot]
+        if held != second:
+            if second < held:
+                return  # older than every second the ring keeps
+            self.bin_sum[slot] = 0.0  # the slot's old second left the ring
+            self.bin_n[slot] = 0
+            self.bin_sec[slot] = second
+        self.bin_sum[slot, row] += value
+        self.bin_n[slot, row] += 1
+        self.bins_touched.add(second)
+
+    def series(self, row: int, many: bool) -> GpuSeries:
+        g = self.latest[row]
+        total = self.total[row]
+        if many:
+            return GpuSeries(g.host, g.gpu_index, g.name, g.rank, _NONE, _NONE, _NONE, float(total), g)
+        k = self.count[row]
+        ts, util, mem = (readonly(_oldest_first(self.data[name][row], k)) for name in _GPU_COLUMNS)
+        return GpuSeries(g.host, g.gpu_index, g.name, g.rank, ts, util, mem, float(total), g)
+
+    def ordered(self, name: str, row: int) -> np.ndarray:
+        return _oldest_first(self.data[name][row], self.count[row])
+
+    def last(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """The newest reading of ``name`` for each of ``rows`` (every row has at least one)."""
+        counts = np.asarray(self.count, np.int64)[rows]
+        return self.data[name][rows, (counts - 1) % self.size]
+
+    def second_band(self, second: int) -> np.ndarray:
+        """(p5, p50, p95) over GPUs of their mean utilization in ``second`` (NaN when none read then)."""
+        slot = second % BIN_SECONDS
+        if self.bin_sec[slot] != second:
+            return np.full(len(gpu_summary.QUANTILES), np.nan)
+        n = self.bin_n[slot, :self.rows]
+        with np.errstate(all="ignore"):
+            means = np.where(n > 0, self.bin_sum[slot, :self.rows] / n, np.nan)
+        return column_percentiles(means[:, None], gpu_summary.QUANTILES)[:, 0]
 
 
 class DeviceSeries:
     """GPU and host readings of a live session, kept in rings of ``series_len`` readings each.
 
     Locking: this class has no lock of its own. Every method must be called with the owning ``LiveStore``'s
-    ``_lock`` held: ``take_gpu`` / ``take_host`` from ``on_batch`` (collector thread), ``frame`` from the
-    snapshot copy and ``gpu_columns`` / ``host_columns`` from ``to_session_data`` (GUI thread). What ``frame``
-    returns is immutable (frozen series over read-only copies of the rings) and may be read after the lock is
-    released; the rings themselves never leave this class.
+    ``_lock`` held: ``take_gpu`` / ``take_host`` from ``on_batch`` (collector thread), ``frame`` and ``summary``
+    from the snapshot copy and ``gpu_columns`` / ``host_columns`` from ``to_session_data`` (GUI thread). What
+    ``frame`` and ``summary`` return is immutable (frozen series over read-only copies) and may be read after the
+    lock is released; the rings themselves never leave this class.
 
     Args:
         series_len: readings kept per GPU and per host.
@@ -70,18 +168,23 @@ class DeviceSeries:
 
     def __init__(self, series_len: int) -> None:
         self._series_len = series_len
-        self._gpus: dict[tuple[str, int], tuple[_Ring, GpuSample]] = {}
+        self._gpus = _GpuRings(series_len)
+        self._row: dict[tuple[str, int], int] = {}
         self._hosts: dict[str, tuple[_Ring, HostSample]] = {}
         self._version = 0
         self._cache: tuple[int, tuple[GpuSeries, ...], tuple[HostState, ...]] | None = None
-        # Copy-on-change: with 1024 GPUs sampled at 2 Hz only ~70 change between two frames, so only those are
-        # rebuilt; the sorted order is recomputed only when a GPU or host appears.
-        self._gpu_series: dict[tuple[str, int], GpuSeries] = {}
+        # Copy-on-change: only the GPUs and hosts that took a reading since the last frame are rebuilt; the sorted
+        # order is recomputed only when a GPU or host appears.
+        self._gpu_series: list[GpuSeries | None] = []
         self._host_series: dict[str, HostState] = {}
-        self._gpu_dirty: set[tuple[str, int]] = set()
+        self._gpu_dirty: set[int] = set()
         self._host_dirty: set[str] = set()
-        self._gpu_order: list[tuple[str, int]] | None = None
+        self._gpu_order: list[int] | None = None
         self._host_order: list[str] | None = None
+        self._many = False  # the frame's series are identity + last reading only (past SUMMARY_ABOVE GPUs)
+        self._summary: GpuSummary | None = None
+        self._summary_key = (0, math.nan)  # (GPUs, end_s asked) of the last summary
+        self._band: dict[int, np.ndarray] = {}  # per second: (p5, p50, p95) over GPUs, for the seconds built
 
     # ---- Public API (caller holds LiveStore._lock) ---------------------------------------------------------------
 
@@ -89,13 +192,13 @@ class DeviceSeries:
         """Append one GPU reading to the ring of ``(g.host, g.gpu_index)``."""
         self._version += 1
         key = (g.host, g.gpu_index)
-        entry = self._gpus.get(key)
-        ring = entry[0] if entry else _Ring(_GPU_COLUMNS, self._series_len)
-        ring.append({"ts_s": g.ts_s, "util_pct": g.util_pct, "mem_used_bytes": g.mem_used_bytes})
-        if entry is None:
+        row = self._row.get(key)
+        if row is None:
+            row = self._row[key] = self._gpus.add()
+            self._gpu_series.append(None)
             self._gpu_order = None
-        self._gpus[key] = (ring, g)
-        self._gpu_dirty.add(key)
+        self._gpus.take(row, g)
+        self._gpu_dirty.add(row)
 
     def take_host(self, h: HostSample) -> None:
         """Keep ``h`` as the host's latest reading; append it to the CPU series unless one came just before."""
@@ -105,7 +208,7 @@ class DeviceSeries:
         if entry is None:
             self._host_order = None
         self._host_dirty.add(h.host)
-        if ring.count and h.ts_s - ring.ordered("ts_s")[-1] < _HOST_MIN_INTERVAL_S:
+        if ring.count and h.ts_s - ring.data["ts_s"][(ring.count - 1) % ring.size] < _HOST_MIN_INTERVAL_S:
             self._hosts[h.host] = (ring, h)
             return
         ring.append({"ts_s": h.ts_s, "cpu_pct": h.cpu_pct, "mem_used_bytes": h.mem_used_bytes})
@@ -115,17 +218,18 @@ class DeviceSeries:
         """The GPU series sorted by ``(host, gpu_index)`` and the host states sorted by host, for one frame.
 
         Between two calls only the GPUs and hosts that took a reading are rebuilt; the others are the same objects
-        as in the previous frame, and with no reading at all the same tuples come back.
+        as in the previous frame, and with no reading at all the same tuples come back. Past
+        ``gpu_summary.SUMMARY_ABOVE`` GPUs the series are empty (identity and ``latest`` only): ``summary`` stands
+        for them.
         """
-        # GPU and host samples arrive at a few Hz each: rebuild the series of those that got one (copy-on-change)
         if self._cache is not None and self._cache[0] == self._version:
             return self._cache[1], self._cache[2]
-        for key in self._gpu_dirty:
-            ring, s = self._gpus[key]
-            self._gpu_series[key] = GpuSeries(
-                s.host, s.gpu_index, s.name, s.rank, readonly(ring.ordered("ts_s")), readonly(ring.ordered("util_pct")),
-                readonly(ring.ordered("mem_used_bytes")),
-                math.nan if s.mem_total_bytes is None else float(s.mem_total_bytes), s)
+        many = self._gpus.rows > gpu_summary.SUMMARY_ABOVE
+        if many != self._many:
+            self._many = many
+            self._gpu_dirty.update(range(self._gpus.rows))
+        for row in self._gpu_dirty:
+            self._gpu_series[row] = self._gpus.series(row, many)
         self._gpu_dirty.clear()
         for name in self._host_dirty:
             ring, h = self._hosts[name]
@@ -135,19 +239,58 @@ class DeviceSeries:
                 math.nan if h.mem_total_bytes is None else float(h.mem_total_bytes))
         self._host_dirty.clear()
         if self._gpu_order is None:
-            self._gpu_order = sorted(self._gpus)  # (host, gpu_index)
+            self._gpu_order = [row for _, row in sorted(self._row.items())]  # by (host, gpu_index)
         if self._host_order is None:
             self._host_order = sorted(self._hosts)
-        gpus = tuple(self._gpu_series[key] for key in self._gpu_order)
+        gpus = tuple(self._gpu_series[row] for row in self._gpu_order)  # type: ignore[misc]  # all built above
         hosts = tuple(self._host_series[name] for name in self._host_order)
         self._cache = (self._version, gpus, hosts)
         return gpus, hosts
 
+    def summary(self, end_s: float) -> GpuSummary | None:
+        """Past ``gpu_summary.SUMMARY_ABOVE`` GPUs: each GPU's latest utilization and memory (in ``frame`` order)
+        and the band of the ``WINDOW_S`` whole seconds before ``end_s``; None with fewer GPUs.
+
+        Rebuilt at most every ``gpu_summary.EVERY_S`` (sooner when GPUs appear); only the seconds that took a
+        reading since the last one are binned again.
+        """
+        rings = self._gpus
+        if rings.rows <= gpu_summary.SUMMARY_ABOVE:
+            return None
+        cached = self._summary
+        if (cached is not None and self._summary_key[0] == rings.rows
+                and 0 <= end_s - self._summary_key[1] < gpu_summary.EVERY_S):
+            return cached
+        last = math.floor(end_s)  # bins are whole seconds: the band ends with the last complete one
+        first = last - gpu_summary.WINDOW_S
+        for second in rings.bins_touched:
+            self._band.pop(second, None)
+        rings.bins_touched.clear()
+        band = np.empty((len(gpu_summary.QUANTILES), gpu_summary.WINDOW_S))
+        for i, second in enumerate(range(first, last)):
+            column = self._band.get(second)
+            if column is None:
+                column = self._band[second] = rings.second_band(second)
+            band[:, i] = column
+        for second in [s for s in self._band if not first <= s < last]:
+            del self._band[second]
+        order = np.asarray(self._gpu_order if self._gpu_order is not None
+                           else [row for _, row in sorted(self._row.items())], np.int64)
+        used, total = rings.last("mem_used_bytes", order), rings.total[order]
+        with np.errstate(all="ignore"):
+            mem = np.where(np.isfinite(total) & (total > 0), 100.0 * used / total, np.nan)
+        util = rings.last("util_pct", order)
+        for array in (util, mem, band):
+            array.setflags(write=False)
+        self._summary, self._summary_key = GpuSummary(util, mem, float(last), band), (rings.rows, end_s)
+        return self._summary
+
     def gpu_columns(self) -> Columns:
         """Every kept GPU reading as ``SessionData.gpu`` columns (GPUs in first-seen order, each oldest first)."""
-        return _series_columns("gpu", [(ring, {"host": s.host, "gpu_index": s.gpu_index, "uuid": s.uuid,
-                                               "name": s.name, "rank": s.rank})
-                                       for ring, s in self._gpus.values()])
+        rings = self._gpus
+        return _series_columns("gpu", [(_RowView(rings, row), {"host": s.host, "gpu_index": s.gpu_index,
+                                                               "uuid": s.uuid, "name": s.name, "rank": s.rank})
+                                       for row, s in enumerate(rings.latest)])
 
     def host_columns(self) -> Columns:
         """Every kept host reading as ``SessionData.host`` columns (hosts in first-seen order, each oldest first)."""
@@ -156,7 +299,42 @@ class DeviceSeries:
                                         for ring, s in self._hosts.values()])
 
 
-def _series_columns(kind: str, entries: list[tuple[_Ring, dict[str, Any]]]) -> Columns:
+@dataclass(frozen=True, slots=True)
+class _RowView:
+    """One GPU's row of the ring matrices, read like a ``_Ring`` by ``_series_columns``."""
+
+    rings: _GpuRings
+    row: int
+    names: tuple[str, ...] = _GPU_COLUMNS
+
+    @property
+    def count(self) -> int:
+        return self.rings.count[self.row]
+
+    @property
+    def size(self) -> int:
+        return self.rings.size
+
+    def ordered(self, name: str) -> np.ndarray:
+        return self.rings.ordered(name, self.row)
+
+
+def _oldest_first(column: np.ndarray, count: int) -> np.ndarray:
+    """A copy of a ring column holding ``count`` appends, oldest first (slices, not an index array)."""
+    size = column.size
+    if count <= size:
+        return column[:count].copy()
+    split = count % size
+    return np.concatenate((column[split:], column[:split]))
+
+
+def _grown(matrix: np.ndarray, rows: int, fill: float) -> np.ndarray:
+    out = np.full((rows, matrix.shape[1]), fill, matrix.dtype)
+    out[:matrix.shape[0]] = matrix
+    return out
+
+
+def _series_columns(kind: str, entries: list[tuple[_Ring | _RowView, dict[str, Any]]]) -> Columns:
     out = empty_columns(kind)
     if not entries:
         return out

@@ -1,9 +1,11 @@
 """The many-GPU picture of one frame: each GPU's latest utilization and memory, and the fleet's utilization band
 (5th, 50th and 95th percentile per second) over the last ``WINDOW_S`` seconds.
 
-Past ``SUMMARY_ABOVE`` GPUs the window draws this instead of one line per GPU. It is built where the store is
-(the ingest process for a live window), at most every ``EVERY_S``, so the GUI thread draws 3 x 120 points and
-1024 bars instead of binning 1024 series itself every redraw.
+Past ``SUMMARY_ABOVE`` GPUs the window draws this instead of one line per GPU. The store builds it where it is
+(the ingest process for a live window), at most every ``EVERY_S``, from per-second bins it keeps as readings arrive
+(``DeviceSeries.summary``), so the GUI thread draws 3 x 120 points and a bar per GPU instead of binning thousands of
+series. ``summarize`` / ``bin_series`` here compute the same figures from whole series: the panel's few-GPU case,
+and the reference the store's bins are tested against.
 
 What it must never do: import Qt, or turn a missing reading into 0 (NaN stays NaN; an empty second is NaN).
 """

@@ -34,7 +34,6 @@ import numpy as np
 from ringscope.agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from ringscope.agent.wire import Batch
 from ringscope.gui.core.ingest.sink import Gap, Rejection
-from ringscope.gui.core.live import gpu_summary
 from ringscope.gui.core.live.device_series import DeviceSeries
 from ringscope.gui.core.live.heat_pool import HeatPool
 from ringscope.gui.core.live.snapshot import (
@@ -43,7 +42,6 @@ from ringscope.gui.core.live.snapshot import (
     STATE_LOST,
     STATE_RUNNING,
     GpuSeries,
-    GpuSummary,
     HostState,
     LiveStraggler,
     Snapshot,
@@ -138,7 +136,6 @@ class LiveStore:
         self._steps_total = 0
         self._latest_end_s = math.nan
         self._end_ring = np.full(1 << 16, np.nan)  # end_s of ingested steps, for latency measurements
-        self._summary: tuple[int, GpuSummary] | None = None  # (GPUs it covers, the last many-GPU summary)
 
     # ---- Public API: IngestSink (collector thread) ---------------------------------------------------------------
 
@@ -219,6 +216,7 @@ class LiveStore:
             return cached
         with self._lock:
             raw = self._copy_locked()
+            raw["gpu_summary"] = self._devices.summary(self._ended[1] if self._ended else now)
             if now_s is None:
                 now = time.time()  # after the copy: no message in it can be "newer than now"
         # The straggler verdict judges every rank's recent steps (~10 ms at 1024 ranks): a few times a second is
@@ -228,21 +226,9 @@ class LiveStore:
             raw["straggler"] = cached.straggler
         else:
             self._straggler_judged_s = now
-        raw["gpu_summary"] = self._gpu_summary(raw["gpus"], raw["ended"][1] if raw["ended"] else now)
         snap = build_snapshot(raw, now, raw["bucket_s"], self.lost_timeout_s)
         self._cache = snap
         return snap
-
-    def _gpu_summary(self, gpus: tuple[GpuSeries, ...], end_s: float) -> GpuSummary | None:
-        """The many-GPU summary, rebuilt at most every ``gpu_summary.EVERY_S`` (or when GPUs appear)."""
-        if len(gpus) <= gpu_summary.SUMMARY_ABOVE:
-            return None
-        cached = self._summary
-        if cached is not None and cached[0] == len(gpus) and 0 <= end_s - cached[1].end_s < gpu_summary.EVERY_S:
-            return cached[1]
-        summary = gpu_summary.summarize(gpus, end_s)
-        self._summary = (len(gpus), summary)
-        return summary
 
     def recent_snapshot(self, now_s: float | None = None, max_age_s: float = 1.0) -> Snapshot:
         """The last snapshot a frame built, if it is younger than ``max_age_s``, else a new one: for readers that

@@ -10,7 +10,10 @@ snapshot it saves. Between two frames only a few heat columns and the GPUs sampl
   never-written (NaN) column, and only the others travel;
 - the GPU series that are new objects since the last frame (the store rebuilds only GPUs that took a reading), at
   most every ``GPU_EVERY_S`` and packed as arrays and tuples, the GPU order only when it changed, and the hosts
-  tuples only when they are new objects. ``GpuSeries.latest`` (the whole last NVML reading: power, clocks...) does
+  tuples only when they are new objects. Past ``SUMMARY_ABOVE`` GPUs a series holds no readings (the frame's
+  ``gpu_summary`` stands for them), so only GPUs whose identity changed travel: at 8 192 GPUs a frame would
+  otherwise carry ~4 000 of them every 0.25 s for nothing. The summary itself travels when it is a new object.
+  ``GpuSeries.latest`` (the whole last NVML reading: power, clocks...) does
   not travel: the metrics endpoint reads it in the ingest process, and no view does.
 
 A frame is a delta against the frame the window says it holds (``base``); the encoder sends a whole frame when the
@@ -30,12 +33,12 @@ from typing import Any, Final
 
 import numpy as np
 
-from ringscope.gui.core.live.snapshot import GpuSeries, HostState, Snapshot, readonly
+from ringscope.gui.core.live.snapshot import GpuSeries, GpuSummary, HostState, Snapshot, readonly
 
 __all__ = ["FrameDecoder", "FrameEncoder", "FrameError"]
 
 _HEAT: Final[tuple[str, ...]] = ("heat_data_wait_share", "heat_comm_exposed_share")
-_SPECIAL: Final[frozenset[str]] = frozenset({*_HEAT, "gpus", "host_states", "hosts"})
+_SPECIAL: Final[frozenset[str]] = frozenset({*_HEAT, "gpus", "host_states", "hosts", "gpu_summary"})
 _PLAIN: Final[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(Snapshot) if f.name not in _SPECIAL)
 _GpuKey = tuple[str, int]
 _Changed = tuple[int, list[tuple[int, tuple[Any, ...]]]]  # (how many, [(position, field values)])
@@ -61,6 +64,7 @@ class _Sent:
     gpu_order: tuple[_GpuKey, ...]
     hosts: tuple[str, ...]
     host_states: tuple[Any, ...]
+    gpu_summary: GpuSummary | None
 
 
 class FrameEncoder:
@@ -99,13 +103,19 @@ class FrameEncoder:
         else:
             self._gpus_sent_s = snap.now_s
         out["gpu_order"] = gpu_order if not delta or previous is None or gpu_order != previous.gpu_order else None
-        out["gpus"] = _pack_gpus([g for key, g in zip(gpu_order, gpus, strict=True) if known.get(key) is not g])
+        out["gpus"] = _pack_gpus([g for key, g in zip(gpu_order, gpus, strict=True)
+                                  if known.get(key) is not g and not _same_identity(known.get(key), g)])
         same_hosts = delta and previous is not None and previous.hosts is snap.hosts
         out["hosts"] = None if same_hosts else snap.hosts
         held_states = previous.host_states if delta and previous is not None else ()
         out["host_states"] = _pack_changed(held_states, snap.host_states)
+        # the many-GPU summary is rebuilt a few times a second, frames come up to 30: send it when it is new
+        same_summary = delta and previous is not None and previous.gpu_summary is snap.gpu_summary
+        out["gpu_summary"] = None if same_summary else snap.gpu_summary
+        out["same_gpu_summary"] = same_summary
         self._sent = _Sent(frame_id, snap.run_id, snap.ranks, snap.bucket_s, stamps,
-                           dict(zip(gpu_order, gpus, strict=True)), gpu_order, snap.hosts, snap.host_states)
+                           dict(zip(gpu_order, gpus, strict=True)), gpu_order, snap.hosts, snap.host_states,
+                           snap.gpu_summary)
         return out
 
 
@@ -170,9 +180,19 @@ class FrameDecoder:
         hosts = frame["hosts"] if frame["hosts"] is not None else (previous.hosts if previous is not None else ())
         states = _unpack_changed(previous.host_states if frame["base"] and previous is not None else (),
                                  frame["host_states"])
-        snap = Snapshot(**plain, **heat, gpus=gpus, host_states=states, hosts=hosts)
+        summary = previous.gpu_summary if frame["same_gpu_summary"] and previous is not None else frame["gpu_summary"]
+        snap = Snapshot(**plain, **heat, gpus=gpus, host_states=states, hosts=hosts, gpu_summary=summary)
         self._snap, self.base = snap, int(frame["id"])
         return snap
+
+
+def _same_identity(held: GpuSeries | None, g: GpuSeries) -> bool:
+    """True when ``g`` carries no readings and says nothing ``held`` does not (a many-GPU frame's series)."""
+    if held is None or g.ts_s.size or held.ts_s.size:
+        return False
+    return ((held.host, held.gpu_index, held.name, held.rank) == (g.host, g.gpu_index, g.name, g.rank)
+            and (held.mem_total_bytes == g.mem_total_bytes
+                 or (math.isnan(held.mem_total_bytes) and math.isnan(g.mem_total_bytes))))
 
 
 def _pack_gpus(series: list[GpuSeries]) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ringscope.agent.schema import GpuSample
+from ringscope.gui.core.live.gpu_summary import SUMMARY_ABOVE
 from ringscope.gui.core.live.snapshot import Snapshot
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.core.service.frames import FrameDecoder, FrameEncoder
@@ -69,7 +70,8 @@ def test_every_decoded_frame_equals_the_store_snapshot_and_deltas_carry_only_cha
         end = T0 + (k + 1) * 0.1
         for r in range(ranks):
             records = [step(r, k, end, comm=0.001 if r == 3 else 0.04)]
-            if k % 5 == r % 5:  # each GPU sampled every 5th step, a few per frame
+            if k % 5 == r % 5 and r < SUMMARY_ABOVE:  # each GPU sampled every 5th step, a few per frame (few GPUs:
+                # a series each; many travel as their summary, test_many_gpus_travel_as_their_summary...)
                 records.append(GpuSample(end, f"node{r // 8}", r % 8, util_pct=float(k % 100), mem_used_bytes=k,
                                          mem_total_bytes=1000, rank=r))
             store.on_batch(batch(f"a{r}", records, seq=k + 1), end)
@@ -88,7 +90,7 @@ def test_every_decoded_frame_equals_the_store_snapshot_and_deltas_carry_only_cha
     assert len(widths) >= 3, widths  # the ring merged twice: whole frames then, deltas again after
     assert merges >= 3  # the first frame and one per change of bucket width
     assert np.median(heat_sent) <= 2  # of 20 columns: the one being filled (and the next, at a boundary)
-    assert 0 < np.median(gpus_sent) < ranks  # only the GPUs sampled since the last frame
+    assert 0 < np.median(gpus_sent) < SUMMARY_ABOVE  # only the GPUs sampled since the last frame
 
 
 def test_a_delta_against_a_frame_not_held_is_sent_whole_and_a_new_rank_resends_everything() -> None:
@@ -106,3 +108,28 @@ def test_a_delta_against_a_frame_not_held_is_sent_whole_and_a_new_rank_resends_e
     decoded, frame = _send(encoder, decoder, snap)
     assert frame["base"] == 0 and list(decoded.ranks) == [0, 1, 2, 3, 9]
     assert_same_snapshot(decoded, snap)
+
+
+def test_many_gpus_travel_as_their_summary_and_a_series_only_when_its_identity_changes() -> None:
+    store = LiveStore()
+    store.on_batch(batch("a0", [hello("a0", [0]), step(0, 0, T0 + 0.1)]), T0 + 0.1)
+    encoder, decoder = FrameEncoder(gpu_every_s=0.0), FrameDecoder()
+    gpus = 64
+    sent = []
+    for k in range(4):
+        now = T0 + 0.5 * (k + 1)
+        readings = [GpuSample(now, f"node{g // 8}", g % 8, util_pct=float(g + k), mem_total_bytes=100,
+                              name="H100" if k < 3 or g else "H200") for g in range(gpus)]
+        store.on_batch(batch("a0", readings, seq=k + 1), now)
+        snap = store.snapshot(now_s=now + 2)
+        decoded, frame = _send(encoder, decoder, snap)
+        assert_same_snapshot(decoded, snap)
+        sent.append(0 if frame["gpus"] is None else len(frame["gpus"]["meta"]))
+        assert decoded.gpu_summary is not None and decoded.gpu_summary.util_pct[0] == float(k)
+    # the first frame names every GPU; new readings alone send none (the summary carries them); a GPU whose name
+    # changed travels again
+    assert sent == [gpus, 0, 0, 1]
+    # a frame between two summaries does not carry it again, and the window keeps the one it holds
+    again, frame = _send(encoder, decoder, store.snapshot(now_s=now + 2.1))
+    assert frame["same_gpu_summary"] and frame["gpu_summary"] is None
+    assert again.gpu_summary is decoded.gpu_summary
