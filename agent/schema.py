@@ -53,10 +53,27 @@ WALL_CLOCK_FIELDS: Final[tuple[str, ...]] = ("start_s", "end_s", "ts_s", "since_
 
 def shifted(record: Any, offset_s: float) -> Any:
     """A copy of ``record`` with every wall-clock field moved by ``offset_s`` (the record itself when it has none):
-    putting a host's timestamps on another clock."""
-    changes = {name: value + offset_s for name in WALL_CLOCK_FIELDS
-               if isinstance(value := getattr(record, name, None), float)}
-    return dataclasses.replace(record, **changes) if changes else record
+    putting a host's timestamps on another clock.
+
+    A field-by-field copy, not ``dataclasses.replace`` (which runs ``__init__``): the live store shifts every record
+    of an agent whose clock is off, tens of thousands a second at 8 192 ranks."""
+    fields = _SHIFT_FIELDS.get(type(record))
+    if fields is None:
+        names = tuple(f.name for f in dataclasses.fields(record))
+        fields = _SHIFT_FIELDS[type(record)] = (names, tuple(n for n in names if n in WALL_CLOCK_FIELDS))
+    names, wall = fields
+    if not any(isinstance(getattr(record, name), float) for name in wall):
+        return record
+    copy = object.__new__(type(record))
+    for name in names:
+        object.__setattr__(copy, name, getattr(record, name))
+    for name in wall:
+        if isinstance(value := getattr(record, name), float):
+            object.__setattr__(copy, name, value + offset_s)
+    return copy
+
+
+_SHIFT_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
 MAX_ABS_SECONDS: Final[float] = 1e10

@@ -47,3 +47,20 @@ def test_other_major_version_is_rejected_naming_both_versions(major: int) -> Non
         wire.decode(wire.encode_raw(_envelope([], [major, 0])))
     assert info.value.reason == "version"
     assert f"{major}.0" in str(info.value) and f"{SCHEMA_VERSION[0]}.x" in str(info.value)
+
+
+def test_shifted_moves_every_wall_clock_field_of_every_record_kind_and_nothing_else() -> None:
+    from ringscope.agent.schema import RECORD_TYPES, WALL_CLOCK_FIELDS, shifted
+
+    for cls in RECORD_TYPES:
+        fields = dataclasses.fields(cls)
+        # every field a distinct value of its kind; wall-clock fields as floats, so each must move
+        values = {f.name: (1_700_000_000.0 + i if f.name in WALL_CLOCK_FIELDS else i) for i, f in enumerate(fields)}
+        record = cls(**values)
+        moved = shifted(record, 2.5)
+        assert moved is not record and type(moved) is cls
+        expected = {name: value + 2.5 if name in WALL_CLOCK_FIELDS else value for name, value in values.items()}
+        assert dataclasses.asdict(moved) == expected, cls.__name__
+        assert dataclasses.asdict(record) == values  # the original (what the recorder writes) is untouched
+    untimed = Step(0, 1, None, None, 1.0)  # type: ignore[arg-type]  # no wall-clock value: nothing to copy
+    assert shifted(untimed, 1.0) is untimed
