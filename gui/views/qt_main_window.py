@@ -142,6 +142,8 @@ class QtMainWindow(WindowActions, QtWidgets.QMainWindow):
             self.time_range.attach(plot)
         self.ranks_model = RanksTableModel()
         self.ranks_table = QtRanksTable(self.ranks_model)
+        for timeline in (self.stall, self.data_idle):  # a host picked in one timeline: both, and the ranks table
+            timeline.sig_focus_host.connect(self.focus_host)
         self.runs_model = RunsTableModel()
         self.runs_table = QtRunsTable(self.runs_model)
         self.runs_table.sig_run_picked.connect(lambda run_id: self.select_run(run_id, by_user=True))
@@ -183,7 +185,7 @@ class QtMainWindow(WindowActions, QtWidgets.QMainWindow):
             text_key = (len(snap.ranks), snap.state.count(STATE_LOST), snap.straggler and snap.straggler.rank,
                         snap.no_gpu, snap.framework, snap.run_id, snap.run_state)
             # 1024 rows at 30 Hz are not free either; table and text take alternate ticks so they never add up
-            table_due = (self.ranks_model.rowCount() != len(snap.ranks)
+            table_due = (self.ranks_model.held_ranks() != len(snap.ranks)
                          or now - self._last_table_render >= TABLE_INTERVAL_S)
             text_due = text_key != self._text_key or (now - self._last_text_render >= TEXT_INTERVAL_S
                                                       and not table_due)
@@ -248,6 +250,13 @@ class QtMainWindow(WindowActions, QtWidgets.QMainWindow):
             self._last_full_render = min(self._last_full_render, time.monotonic() - IDLE_REDRAW_S)
         self._update_title()
         return rows
+
+    def focus_host(self, host: str | None) -> None:
+        """Drill down to ``host``'s ranks in both timelines and the ranks table (None: every host again)."""
+        for timeline in (self.stall, self.data_idle):
+            timeline.set_focus_host(host)
+        self.ranks_model.set_host(host)
+        self.ranks_dock.setWindowTitle("Ranks" if host is None else f"Ranks on {host}")
 
     def select_run(self, run_id: str, *, by_user: bool = False) -> bool:
         """Show ``run_id`` in every card and chart. False when the run is unknown or no longer in memory."""

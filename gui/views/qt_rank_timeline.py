@@ -2,7 +2,10 @@
 
 Up to ``MAX_LINES`` ranks: one line per rank, lost ranks grey and dashed. More ranks: a heatmap (ranks x time,
 colorbar, grey where there is no data), percentile bands (p5 / p50 / p95 over ranks) and the top-N worst ranks,
-because hundreds of lines are noise (shared/UI.md). Owns its plot items only; redrawn from snapshots.
+because hundreds of lines are noise (shared/UI.md). Past ``HOST_ROWS_ABOVE`` ranks on several hosts the heatmap has
+a row per host (the mean of its ranks; hover names its best and worst rank), and the host picker, or a click on a
+row, drills down to one host's ranks (``sig_focus_host``: the window shows that host in both timelines and the
+ranks table). Owns its plot items only; redrawn from snapshots.
 """
 
 from __future__ import annotations
@@ -13,6 +16,14 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.agent.schema import field_doc
 from ringscope.gui.core.analysis.quantiles import column_percentiles
+from ringscope.gui.core.live.host_view import (
+    HOST_ROWS_ABOVE,
+    HostRuns,
+    focus,
+    fold_rows,
+    host_means,
+    host_runs,
+)
 from ringscope.gui.core.live.store import STATE_LOST, Snapshot
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_plot_tools import HoverReadout, set_range
@@ -34,6 +45,8 @@ METRICS = {
 class QtRankTimeline(QtWidgets.QWidget):
     """A per-rank share of step time over time; switches from lines to heatmap + bands past 32 ranks."""
 
+    sig_focus_host = QtCore.Signal(object)  # the host the user picked (str), or None for all hosts
+
     def __init__(self, metric: str) -> None:
         super().__init__()
         title, self._field, doc = METRICS[metric]
@@ -54,6 +67,14 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.bucket_label.setToolTip("The run outgrew the kept buckets: neighbouring buckets were merged, so each "
                                      "point is the mean over this many seconds (the whole run stays visible).")
         header.addWidget(self.bucket_label)
+        self.host_box = QtWidgets.QComboBox()
+        self.host_box.setToolTip("Show one host's ranks (or click a row of the heat map); the ranks table and the "
+                                 "other timeline follow.")
+        self.host_box.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.host_box.setMaxVisibleItems(24)
+        self.host_box.hide()
+        self.host_box.activated.connect(self._host_picked)
+        header.addWidget(self.host_box)
         self.rank_legend = QtWidgets.QLabel("")  # which line is which rank (lines mode only)
         self.rank_legend.setToolTip("Line color per rank; lost ranks are grey and dashed.")
         # a legend never widens the window: 16 ranks' entries side by side once made it 2 450 px wide at minimum
@@ -110,7 +131,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.top.setFixedWidth(170)  # a size hint that follows its text would re-layout the plots every frame
         self.sampling_note = QtWidgets.QLabel("")
         self.sampling_note.setObjectName("cardDetail")
-        self.sampling_note.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
+        # a note never widens the window (the charts beside it would be cut off)
+        self.sampling_note.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Fixed)
         grid.addWidget(self.sampling_note, 2, 0, 1, 2)
         grid.addWidget(self.heat_plot, 0, 0)
         grid.addWidget(self.top, 0, 1, 2, 1)
@@ -121,6 +143,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.lines_hover = HoverReadout(self.lines_plot, self._describe_line)
         self.heat_hover = HoverReadout(self.heat_plot, self._describe_cell)
         self._snap: Snapshot | None = None
+        self._full: Snapshot | None = None  # the last snapshot given, before the drill-down
+        self._runs_hosts: tuple[str, ...] | None = None
         self._x = np.zeros(0)
         self._shares = np.zeros((0, 0), np.float32)  # the snapshot's ranks x buckets shares (0..1), not copied
         # Per-bucket results of the last heatmap, by the bucket's stamp (it changes whenever the column does): a
@@ -128,6 +152,11 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._cols = _HeatColumns()
         self._host_key: tuple[object, ...] = ()  # the host bands drawn (row starts, names); () = none
         self._host_items: list[pg.GraphicsObject] = []
+        self._focus: str | None = None  # the host drilled down to (None: every host)
+        self._runs = HostRuns(np.zeros(0, np.int64), ())  # the hosts of the full snapshot, in row order
+        self._box_names: tuple[str, ...] = ()
+        self._by_host: HostRuns | None = None  # the heatmap's rows are these hosts (None: a row per rank)
+        self.heat_plot.scene().sigMouseClicked.connect(self._heat_clicked)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -136,8 +165,32 @@ class QtRankTimeline(QtWidgets.QWidget):
         """True when the heatmap (not lines) is shown."""
         return self.stack.currentIndex() == 1
 
+    @property
+    def focus_host(self) -> str | None:
+        """The host drilled down to, or None when every host is shown."""
+        return self._focus
+
+    def set_focus_host(self, host: str | None) -> None:
+        """Show only ``host``'s ranks (None: all); redraws the last snapshot at once."""
+        if host == self._focus:
+            return
+        self._focus = host
+        self._sync_box()
+        if self._full is not None:
+            self.render(self._full)
+
     def render(self, snap: Snapshot) -> None:
-        """Show one snapshot."""
+        """Show one snapshot (only the focused host's ranks while one is picked)."""
+        self._full = snap
+        if snap.hosts is not self._runs_hosts:
+            self._runs_hosts, self._runs = snap.hosts, host_runs(snap.hosts)
+            self._sync_box()
+        if self._focus is not None:
+            if self._focus in self._runs.names:
+                snap = focus(snap, self._focus)
+            else:  # another run, without that host
+                self.set_focus_host(None)
+                self.sig_focus_host.emit(None)
         self._snap = snap
         self._shares = getattr(snap, self._field)
         self._x = run_seconds(snap)
@@ -161,7 +214,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         """Forget what was drawn (another run is shown now: its bucket stamps mean nothing here)."""
         self._cols = _HeatColumns()
         self._legend_key = ()
-        self._snap = None
+        self._snap = self._full = None
 
     def top_ranks(self, *, lowest: bool = False) -> list[tuple[int, float]]:
         """(rank, share %) of the highest (or lowest) ranks over the last buckets, as the list shows them."""
@@ -226,17 +279,27 @@ class QtRankTimeline(QtWidgets.QWidget):
 
     def _render_heatmap(self, snap: Snapshot) -> None:
         n, t = self._shares.shape
-        cols = self._cols.update(snap, self._shares)
-        self.image.setImage(cols.image, autoLevels=False, levels=(0, 255), lut=self._lut)
+        by_host = self._runs if (self._focus is None and n > HOST_ROWS_ABOVE and self._runs.starts.size > 1
+                                 and self._runs.rows == n) else None
+        self._by_host = by_host
+        cols = self._cols.update(snap, self._shares, None if by_host is None else by_host.starts)
+        rows = cols.image.shape[0]
+        pixels = int(self.heat_plot.getPlotItem().vb.height())
+        # more rows than pixels: each pixel row shows the most unusual row of its block, not every n-th row
+        typical = np.rint(np.nan_to_num(cols.percentiles[1], nan=0.0) * 2.54)
+        self.image.setImage(fold_rows(cols.image, pixels, typical), autoLevels=False, levels=(0, 255), lut=self._lut)
         x0 = float(self._x[0] - snap.bucket_s / 2) if t else 0.0
-        rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, n)
+        rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, rows)
         self.image.setRect(rect)
         self.no_data.setRect(rect)
-        set_range(self.heat_plot, y=(0, n))  # x: the window's TimeRange (linked charts)
-        self._draw_host_bands(snap)
-        pixels = self.heat_plot.getPlotItem().vb.height()
-        self.sampling_note.setText(f"{n} ranks on {pixels:.0f} px: rows are sampled when drawn — hover for exact "
-                                   "values; the lists and bands use every rank" if n > pixels > 0 else "")
+        set_range(self.heat_plot, y=(0, rows))  # x: the window's TimeRange (linked charts)
+        self._draw_host_bands(snap, by_host)
+        what = "hosts" if by_host is not None else "ranks"
+        note = (f"{rows} {what} on {pixels} px: a pixel row shows the most unusual of {-(-rows // pixels)} — hover "
+                "for exact values; lists and bands use every rank") if rows > pixels > 0 else ""
+        if self.sampling_note.text() != note:
+            self.sampling_note.setText(note)
+            self.sampling_note.setToolTip(note)
         for item, values in zip((self.p5, self.p50, self.p95), cols.percentiles, strict=True):
             item.setData(self._x, values)
         texts = ["highest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks()]
@@ -245,9 +308,24 @@ class QtRankTimeline(QtWidgets.QWidget):
             self.top.clear()
             self.top.addItems(texts)
 
-    def _draw_host_bands(self, snap: Snapshot) -> None:
+    def _draw_host_bands(self, snap: Snapshot, by_host: HostRuns | None) -> None:
         """A dashed line between the rows of consecutive hosts and, up to ``MAX_HOST_LABELS`` hosts, the hosts'
-        names on the rank axis (ranks are rows in rank order, which torchrun and TF_CONFIG fill host by host)."""
+        names on the rank axis (ranks are rows in rank order, which torchrun and TF_CONFIG fill host by host).
+        With a row per host (``by_host``) the axis says so, and names the hosts when they are few."""
+        if by_host is not None:
+            key: tuple[object, ...] = ("by host", by_host.names)
+            if key == self._host_key:
+                return
+            self._host_key = key
+            for item in self._host_items:
+                self.heat_plot.removeItem(item)
+            self._host_items = []
+            axis = self.heat_plot.getPlotItem().getAxis("left")
+            axis.setTicks(None)
+            for each in (axis, self.bands_plot.getPlotItem().getAxis("left")):
+                each.setWidth(None)
+            self.heat_plot.setLabel("left", "host (mean of its ranks)")
+            return
         hosts = np.asarray(snap.hosts, dtype=str)
         starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]]) if hosts.size else np.zeros(0, np.int64)
         key = (tuple(starts.tolist()), tuple(hosts[starts].tolist())) if 1 < starts.size <= MAX_HOST_BANDS else ()
@@ -296,9 +374,67 @@ class QtRankTimeline(QtWidgets.QWidget):
     def _describe_cell(self, x: float, y: float) -> str | None:
         col = self._column(x)
         row = int(np.floor(y))
+        if self._by_host is not None and col is not None:
+            return self._host_cell_text(row, col) if 0 <= row < len(self._by_host.names) else None
         if col is None or self._snap is None or not 0 <= row < len(self._snap.ranks):
             return None
         return self._cell_text(row, col)
+
+    def _host_cell_text(self, row: int, col: int) -> str:
+        """A host row of the by-host heatmap: its mean, and its lowest and highest rank in that bucket."""
+        assert self._snap is not None and self._by_host is not None
+        start, end = int(self._by_host.starts[row]), int(self._by_host.ends[row])
+        values = 100.0 * self._shares[start:end, col].astype(np.float64)
+        ranks = self._snap.ranks[start:end]
+        head = (f"host {self._by_host.names[row]}: ranks {int(ranks[0])}–{int(ranks[-1])}\n"
+                f"at {clock_text(self._x[col])} since run start ({self._snap.bucket_s:g} s bucket)\n")
+        if not np.isfinite(values).any():
+            return head + "no data"
+        low, high = int(np.nanargmin(values)), int(np.nanargmax(values))
+        name = METRICS[self.metric][0].split(" per")[0]
+        return (head + f"{name}: mean {np.nanmean(values):.1f} % of step over {int(np.isfinite(values).sum())} "
+                f"ranks\nlowest: rank {int(ranks[low])} {values[low]:.1f} %, highest: rank {int(ranks[high])} "
+                f"{values[high]:.1f} %\nclick: show this host's ranks")
+
+    def _heat_clicked(self, event: object) -> None:
+        """A click on a heatmap row drills down to that row's host (double-click still means "follow live")."""
+        if self._snap is None or getattr(event, "button", lambda: None)() != QtCore.Qt.MouseButton.LeftButton:
+            return
+        view = self.heat_plot.getPlotItem().vb
+        scene_pos = event.scenePos()  # type: ignore[attr-defined]
+        if not view.sceneBoundingRect().contains(scene_pos) or self._focus is not None:
+            return
+        row = int(np.floor(view.mapSceneToView(scene_pos).y()))
+        if self._by_host is not None:
+            host = self._by_host.names[row] if 0 <= row < len(self._by_host.names) else None
+        else:
+            host = self._snap.hosts[row] if 0 <= row < len(self._snap.hosts) else None
+        if host is not None and len(self._runs.names) > 1:
+            self._pick(host)
+
+    def _host_picked(self, index: int) -> None:
+        self._pick(None if index <= 0 else self._box_names[index - 1])
+
+    def _pick(self, host: str | None) -> None:
+        self.set_focus_host(host)
+        self.sig_focus_host.emit(host)
+
+    def _sync_box(self) -> None:
+        """The host picker lists the hosts of the full snapshot (shown when there are several) and the focus."""
+        names = tuple(dict.fromkeys(self._runs.names))  # a host split over runs of rows is listed once
+        if names != self._box_names:
+            self._box_names = names
+            self.host_box.blockSignals(True)
+            self.host_box.clear()
+            self.host_box.addItem(f"all {len(names)} hosts")
+            self.host_box.addItems(list(names))
+            self.host_box.blockSignals(False)
+        self.host_box.setVisible(len(names) > 1)
+        index = 0 if self._focus is None or self._focus not in names else names.index(self._focus) + 1
+        if self.host_box.currentIndex() != index:
+            self.host_box.blockSignals(True)
+            self.host_box.setCurrentIndex(index)
+            self.host_box.blockSignals(False)
 
     def _cell_text(self, row: int, col: int) -> str:
         assert self._snap is not None
@@ -328,14 +464,21 @@ class _HeatColumns:
     def __init__(self) -> None:
         self.ranks = np.zeros(0, np.int64)
         self.stamps = np.zeros(0, np.int64)
+        self.groups: np.ndarray | None = None  # first row of each host when the image has a row per host
         self.image = np.zeros((0, 0), np.uint8)  # index 255 = no data (the LUT's last colour)
         self.has_data = np.zeros(0, bool)
         self.percentiles = np.zeros((3, 0))
 
-    def update(self, snap: Snapshot, shares: np.ndarray) -> _HeatColumns:
+    def update(self, snap: Snapshot, shares: np.ndarray, groups: np.ndarray | None = None) -> _HeatColumns:
+        """The columns for ``shares`` (ranks x buckets); with ``groups`` (the first row of each host) the image has
+        a row per host, the mean of its ranks, while the percentiles stay over every rank."""
         n, t = shares.shape
+        rows = n if groups is None else groups.size
         stamps = snap.bucket_stamp
-        same_ranks = self.image.shape == (n, t) and (self.ranks is snap.ranks or np.array_equal(self.ranks, snap.ranks))
+        same_groups = (groups is None and self.groups is None) or (
+            groups is not None and self.groups is not None and np.array_equal(groups, self.groups))
+        same_ranks = same_groups and self.image.shape == (rows, t) and (
+            self.ranks is snap.ranks or np.array_equal(self.ranks, snap.ranks))
         if same_ranks and self.stamps.size:
             order = np.argsort(self.stamps, kind="stable")
             pos = np.minimum(np.searchsorted(self.stamps[order], stamps), t - 1)
@@ -349,17 +492,18 @@ class _HeatColumns:
             self.has_data = self.has_data[source]
             self.percentiles = self.percentiles[:, source]
         elif not same_ranks:
-            self.image = np.empty((n, t), np.uint8)
+            self.image = np.empty((rows, t), np.uint8)
             self.has_data = np.zeros(t, bool)
             self.percentiles = np.full((3, t), np.nan)
         todo = np.flatnonzero(~kept)
         if todo.size:
             values = 100.0 * shares[:, todo].astype(np.float64)
-            finite = np.isfinite(values)
+            shown = values if groups is None else host_means(values, groups)
+            finite = np.isfinite(shown)
             with np.errstate(invalid="ignore"):
-                scaled = np.clip(np.rint(values * 2.54), 0, 254)
+                scaled = np.clip(np.rint(shown * 2.54), 0, 254)
             self.image[:, todo] = np.where(finite, scaled, 255).astype(np.uint8)
             self.has_data[todo] = finite.any(axis=0)
             self.percentiles[:, todo] = column_percentiles(values, (0.05, 0.5, 0.95))
-        self.ranks, self.stamps = snap.ranks, stamps
+        self.ranks, self.stamps, self.groups = snap.ranks, stamps, groups
         return self

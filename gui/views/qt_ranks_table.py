@@ -48,6 +48,7 @@ class RanksTableModel(ColumnsTableModel):
         self._order = np.zeros(0, np.int64)  # view row -> snapshot row
         self._sort_column = 0
         self._descending = False
+        self._host: str | None = None  # only this host's ranks (the timelines' drill-down); None: every rank
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -64,7 +65,25 @@ class RanksTableModel(ColumnsTableModel):
             return
         self._snap = snap
         self._straggler = snap.straggler_row()
-        self.repaint_rows(len(snap.ranks))
+        self.repaint_rows(len(self._order))
+
+    def set_host(self, host: str | None) -> None:
+        """Show only the ranks of ``host`` (None: every rank)."""
+        if host == self._host:
+            return
+        self.beginResetModel()
+        self._host = host
+        self._order = self._sorted_order()
+        self.endResetModel()
+
+    @property
+    def host(self) -> str | None:
+        """The host whose ranks are shown, or None for all."""
+        return self._host
+
+    def held_ranks(self) -> int:
+        """Ranks in the snapshot shown (all of them, whatever the host filter)."""
+        return 0 if self._snap is None else len(self._snap.ranks)
 
     def sort(self, column: int, order: QtCore.Qt.SortOrder = QtCore.Qt.SortOrder.AscendingOrder) -> None:
         """Order the rows by a column (numbers numerically, "—" first when ascending), keeping selections."""
@@ -76,9 +95,10 @@ class RanksTableModel(ColumnsTableModel):
         persistent = self.persistentIndexList()
         rows_before = [int(self._order[i.row()]) for i in persistent]
         self._order = self._sorted_order()
-        position = np.empty_like(self._order)
+        position = np.full(len(self._snap.ranks), -1, np.int64)  # snapshot row -> view row (-1: filtered out)
         position[self._order] = np.arange(self._order.size)
-        self.changePersistentIndexList(persistent, [self.index(int(position[r]), i.column())
+        self.changePersistentIndexList(persistent, [self.index(int(position[r]), i.column()) if position[r] >= 0
+                                                    else QtCore.QModelIndex()
                                                     for r, i in zip(rows_before, persistent, strict=True)])
         self.layoutChanged.emit()
 
@@ -87,7 +107,7 @@ class RanksTableModel(ColumnsTableModel):
         return int(self._order[row])
 
     def rowCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() or self._snap is None else len(self._snap.ranks)
+        return 0 if parent.isValid() or self._snap is None else len(self._order)
 
     def data(self, index: QtCore.QModelIndex | QtCore.QPersistentModelIndex, role: int = _Role.DisplayRole) -> Any:
         snap = self._snap
@@ -138,7 +158,10 @@ class RanksTableModel(ColumnsTableModel):
             key = self._column_values(snap, col)
             key = np.where(np.isfinite(key), key, -1.0)  # as SortRole: "—" sorts before every value
         order = np.argsort(key, kind="stable")
-        return (order[::-1] if self._descending else order).astype(np.int64)
+        order = (order[::-1] if self._descending else order).astype(np.int64)
+        if self._host is not None:
+            order = order[np.asarray(snap.hosts, dtype=object)[order] == self._host]
+        return order
 
     @staticmethod
     def _column_values(snap: Snapshot, col: int) -> np.ndarray:

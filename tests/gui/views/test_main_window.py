@@ -160,3 +160,45 @@ def test_many_ranks_charts_take_turns_within_the_budget_and_text_is_not_rewritte
     win.render_frame()
     assert win.overview.run.detail.text() != "sentinel" and "300 ranks" in win.overview.run.detail.text()
     assert "300 ranks" in text
+
+
+def test_thousands_of_ranks_draw_a_row_per_host_and_a_host_drills_down_to_its_ranks(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from ringscope.gui.core.live.host_view import HOST_ROWS_ABOVE
+
+    ranks = HOST_ROWS_ABOVE + 88  # 75 hosts of 8
+    store = LiveStore()
+    _feed(store, ranks, steps=4, slow=13)
+    win = window(store)
+    win.render_frame()
+    stall = win.stall
+    assert stall.heatmap_mode and stall.image.image.shape[0] == ranks // 8  # a row per host
+    assert stall.heat_plot.getPlotItem().getAxis("left").labelText == "host (mean of its ranks)"
+    # hover over host1's row names its ranks, their mean and the rank the others wait for (the lowest stall)
+    text = stall.heat_hover.text_at(float(stall._x[-2]), 1.5)
+    assert text is not None and text.startswith("host host1: ranks 8–15") and "lowest: rank 13 1.0 %" in text
+    assert "mean 26.4 %" in text  # (7 x 30 % + 1 %) / 8 = 26.375
+    assert stall.host_box.isVisible() and stall.host_box.count() == 76
+    listed = [stall.top.item(i).text() for i in range(stall.top.count())]
+    assert listed[listed.index("lowest:") + 1] == "  rank 13: 1.0 %"  # the top and bottom lists name ranks
+
+    # a click on host 4's row (where the user sees it) shows its ranks: both timelines and the ranks table
+    view = win.data_idle.heat_plot.getPlotItem().vb
+    scene = view.mapViewToScene(QtCore.QPointF(float(win.data_idle._x[-2]), 4.5))
+    qtbot.mouseClick(win.data_idle.heat_plot.viewport(), QtCore.Qt.MouseButton.LeftButton,
+                     pos=win.data_idle.heat_plot.mapFromScene(scene))
+    assert stall.focus_host == win.data_idle.focus_host == "host4"
+    win.render_frame()
+    assert not stall.heatmap_mode  # 8 ranks: a line each
+    assert len([line for line in stall.lines if line.xData is not None and len(line.xData)]) == 8
+    assert win.ranks_model.rowCount() == 8 and win.ranks_dock.windowTitle() == "Ranks on host4"
+    assert [int(win.ranks_model.data(win.ranks_model.index(i, 0))) for i in range(8)] == list(range(32, 40))
+    assert stall.host_box.currentText() == "host4"
+    win.ranks_table.sortByColumn(7, QtCore.Qt.SortOrder.DescendingOrder)  # sorting keeps to the host's ranks
+    assert win.ranks_model.rowCount() == 8
+    assert sorted(int(win.ranks_model.data(win.ranks_model.index(i, 0))) for i in range(8)) == list(range(32, 40))
+
+    stall.host_box.setCurrentIndex(0)  # "all 75 hosts", as the user picks it
+    stall.host_box.activated.emit(0)
+    win.render_frame()
+    assert stall.focus_host is None and win.ranks_model.rowCount() == ranks
+    assert stall.image.image.shape[0] == ranks // 8 and win.ranks_dock.windowTitle() == "Ranks"
