@@ -69,7 +69,7 @@ MAX_RANKS: Final[int] = 8192
 naming 65 536 ranks must not cost the window gigabytes (each rank holds ~40 KB of history). The recording has
 them all."""
 STRAGGLER_EVERY_S: Final[float] = 0.25
-"""How often frames re-judge the straggler (between, a frame shows the last verdict)."""
+"""How often frames re-judge the straggler (between, a frame shows the last verdict); per 1 024 ranks past 1 024."""
 
 
 class LiveStore:
@@ -221,7 +221,9 @@ class LiveStore:
                 now = time.time()  # after the copy: no message in it can be "newer than now"
         # The straggler verdict judges every rank's recent steps (~10 ms at 1024 ranks): a few times a second is
         # what a reader can follow, not every frame.
-        if (cached is not None and 0 <= now - self._straggler_judged_s < STRAGGLER_EVERY_S
+        # It costs in proportion to the ranks: past 1 024 it is judged less often (every 2 s at 8 192 ranks).
+        every = STRAGGLER_EVERY_S * max(1.0, raw["ranks"].size / 1024)
+        if (cached is not None and 0 <= now - self._straggler_judged_s < every
                 and cached.ranks.size == raw["ranks"].size and not raw["ended"]):
             raw["straggler"] = cached.straggler
         else:

@@ -50,3 +50,19 @@ def test_frame_copies_are_recycled_once_released() -> None:
 def test_oldest_first_rotates_the_ring_columns() -> None:
     ring = np.arange(8, dtype=np.float32).reshape(2, 4)
     np.testing.assert_array_equal(oldest_first(ring, 1), [[1, 2, 3, 0], [5, 6, 7, 4]])
+
+
+def test_ranks_joining_out_of_order_get_the_same_frame_as_ranks_in_order() -> None:
+    # thousands of agents joining at once register out of rank order: the frame gathers the rows (and rotates the
+    # ring's columns) in one pass; its matrices must equal those of a store whose ranks came in order
+    shuffled, ordered = LiveStore(bucket_s=1.0, buckets=20), LiveStore(bucket_s=1.0, buckets=20)
+    ranks = [5, 2, 7, 0, 3, 6, 1, 4]
+    for k in range(45):  # past 20 buckets: the ring has wrapped, so the copy rotates
+        end = T0 + 0.5 * k
+        _steps(shuffled, ranks, end, k)
+        _steps(ordered, sorted(ranks), end, k)
+    a, b = shuffled.snapshot(now_s=T0 + 23), ordered.snapshot(now_s=T0 + 23)
+    assert a.ranks.tolist() == b.ranks.tolist() == sorted(ranks)
+    for name in ("heat_data_wait_share", "heat_comm_exposed_share"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert np.isfinite(a.heat_comm_exposed_share).sum() > 8 * 10
