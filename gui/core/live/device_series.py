@@ -242,7 +242,8 @@ class DeviceSeries:
             self._gpu_order = [row for _, row in sorted(self._row.items())]  # by (host, gpu_index)
         if self._host_order is None:
             self._host_order = sorted(self._hosts)
-        gpus = tuple(self._gpu_series[row] for row in self._gpu_order)  # type: ignore[misc]  # all built above
+        built = self._gpu_series
+        gpus = tuple(series for row in self._gpu_order if (series := built[row]) is not None)  # all built above
         hosts = tuple(self._host_series[name] for name in self._host_order)
         self._cache = (self._version, gpus, hosts)
         return gpus, hosts

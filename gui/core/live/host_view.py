@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -70,7 +70,7 @@ def focus(snap: Snapshot, host: str) -> Snapshot:
     """``snap`` with only the ranks of ``host``: the drill-down's frame (the cluster-wide figures stay whole, so the
     straggler named is still the run's; it is marked only when it runs on this host)."""
     rows = rows_of(snap, host)
-    sliced = {name: readonly(getattr(snap, name)[rows]) for name in _PER_RANK}
+    sliced: dict[str, Any] = {name: readonly(getattr(snap, name)[rows]) for name in _PER_RANK}
     return dataclasses.replace(snap, **sliced, hosts=tuple(snap.hosts[i] for i in rows.tolist()),
                                state=tuple(snap.state[i] for i in rows.tolist()))
 
