@@ -286,8 +286,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         rows = cols.image.shape[0]
         pixels = int(self.heat_plot.getPlotItem().vb.height())
         # more rows than pixels: each pixel row shows the most unusual row of its block, not every n-th row
-        typical = np.rint(np.nan_to_num(cols.percentiles[1], nan=0.0) * 2.54)
-        self.image.setImage(fold_rows(cols.image, pixels, typical), autoLevels=False, levels=(0, 255), lut=self._lut)
+        self.image.setImage(cols.folded(pixels), autoLevels=False, levels=(0, 255), lut=self._lut)
         x0 = float(self._x[0] - snap.bucket_s / 2) if t else 0.0
         rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, rows)
         self.image.setRect(rect)
@@ -468,6 +467,23 @@ class _HeatColumns:
         self.image = np.zeros((0, 0), np.uint8)  # index 255 = no data (the LUT's last colour)
         self.has_data = np.zeros(0, bool)
         self.percentiles = np.zeros((3, 0))
+        self._folded = np.zeros((0, 0), np.uint8)  # ``image`` folded to ``_fold_height`` rows (fold_rows)
+        self._fold_height = -1
+        self._fold_todo: np.ndarray | None = None  # columns to fold again; None: all of them
+
+    def folded(self, height: int) -> np.ndarray:
+        """``image`` folded to at most ``height`` rows (``fold_rows``, around each column's median over ranks);
+        only the columns recomputed since the last call are folded again."""
+        if self.image.shape[0] <= height or height <= 0:
+            return self.image
+        typical = np.rint(np.nan_to_num(self.percentiles[1], nan=0.0) * 2.54)
+        if self._fold_todo is None or height != self._fold_height or self._folded.shape[1] != self.image.shape[1]:
+            self._folded, self._fold_height = fold_rows(self.image, height, typical), height
+        elif self._fold_todo.size:
+            todo = self._fold_todo
+            self._folded[:, todo] = fold_rows(self.image[:, todo], height, typical[todo])
+        self._fold_todo = np.zeros(0, np.int64)
+        return self._folded
 
     def update(self, snap: Snapshot, shares: np.ndarray, groups: np.ndarray | None = None) -> _HeatColumns:
         """The columns for ``shares`` (ranks x buckets); with ``groups`` (the first row of each host) the image has
@@ -491,11 +507,17 @@ class _HeatColumns:
             self.image = self.image[:, source]
             self.has_data = self.has_data[source]
             self.percentiles = self.percentiles[:, source]
+            if self._folded.shape[1] == t:
+                self._folded = self._folded[:, source]
         elif not same_ranks:
             self.image = np.empty((rows, t), np.uint8)
             self.has_data = np.zeros(t, bool)
             self.percentiles = np.full((3, t), np.nan)
         todo = np.flatnonzero(~kept)
+        if not same_ranks:
+            self._fold_todo = None
+        elif self._fold_todo is not None:
+            self._fold_todo = np.union1d(self._fold_todo, todo)
         if todo.size:
             values = 100.0 * shares[:, todo].astype(np.float64)
             shown = values if groups is None else host_means(values, groups)

@@ -11,6 +11,7 @@ from PySide6 import QtCore
 from ringscope.agent import wire
 from ringscope.agent.schema import Step
 from ringscope.gui.core.live.gpu_summary import WINDOW_S, bin_series
+from ringscope.gui.core.live.host_view import fold_rows
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
 from ringscope.gui.views.qt_ranks_table import COLUMNS, RanksTableModel
@@ -53,6 +54,9 @@ def test_heatmap_updated_column_by_column_equals_a_full_redraw(qtbot, metric: st
         np.testing.assert_array_equal(view._cols.image, full.image)
         np.testing.assert_array_equal(view._cols.has_data, full.has_data)
         np.testing.assert_array_equal(view._cols.percentiles, full.percentiles)
+        # more rows than pixels: the fold, kept column by column too, equals folding the whole image
+        typical = np.rint(np.nan_to_num(full.percentiles[1], nan=0.0) * 2.54)
+        np.testing.assert_array_equal(view._cols.folded(7), fold_rows(full.image, 7, typical))
     # the hover still reads exact values from the snapshot
     shares = getattr(snap, view._field)
     row, col = 3, int(np.flatnonzero(np.isfinite(shares[3]))[-1])
