@@ -151,7 +151,6 @@ class Collector:
         self._received: dict[str, int] = {}  # agent_id -> highest seq handed to the sinks
         self._acked: dict[str, int] = {}  # agent_id -> highest seq acknowledged to it
         self._next_ack = 0.0
-        self._reading_since: float | None = None  # when the loop began reading without finding the socket empty
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -205,13 +204,6 @@ class Collector:
     def endpoint(self) -> str:
         """The bound endpoint (with the real port), or '' before ``start``."""
         return self._endpoint
-
-    @property
-    def behind_s(self) -> float:
-        """How long the receive loop has been reading without finding the socket empty: 0 while it keeps up; more
-        while messages wait for it (a backlog). Any thread may read it."""
-        since = self._reading_since
-        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     @property
     def counters(self) -> IngestCounters:
@@ -316,8 +308,6 @@ class Collector:
         """Handle the messages waiting on ``socket``, at most ``_DRAIN_MAX`` or for ``_READ_SLICE_S``; returns how
         many."""
         until = time.monotonic() + _READ_SLICE_S
-        if self._reading_since is None:
-            self._reading_since = time.monotonic()
         for read in range(_DRAIN_MAX):
             if read & 15 == 15 and time.monotonic() >= until:
                 return read  # a backlog: acks and replies go out on time (agents wait for the acks at close)
@@ -326,7 +316,6 @@ class Collector:
                 # frames is faster than Frame objects)
                 frames = socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                self._reading_since = None  # caught up
                 return read
             if len(frames) == 2:
                 self._handle(frames[1], frames[0])

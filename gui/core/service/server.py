@@ -69,10 +69,6 @@ ORPHAN_QUIET_S: Final[float] = 30.0
 FRAME_CPU_SHARE: Final[float] = 0.25
 """At most this share of the ingest process's time goes to building frames (the collector has the rest): frames
 come as fast as the window asks while they are cheap, less often when each costs more (many ranks)."""
-FRAME_CPU_SHARE_BEHIND: Final[float] = 0.1
-"""The share while the collector has a backlog (``Collector.behind_s`` over ``BEHIND_S``): thousands of ranks saying
-hello at once leave one, and a frame that shows old data sooner helps nobody while it drains."""
-BEHIND_S: Final[float] = 0.25
 SWITCH_INTERVAL_S: Final[float] = float(os.environ.get("RINGSCOPE_INGEST_SWITCH_S", "0.001"))
 """The ingest process's GIL switch interval (seconds)."""
 
@@ -149,8 +145,7 @@ class IngestService:
         # followed by at least c / FRAME_CPU_SHARE before the next, so the collector keeps up with what agents
         # send (8 192 ranks x 2 steps/s: a build costs ~40 ms CPU, ~5 new frames a second, and the latency p50 fell
         # from 3.4 s at a share of 0.4 to 0.4 s; 1 024 ranks: ~5 ms, ~23 new frames a second).
-        share = FRAME_CPU_SHARE_BEHIND if self.collector.behind_s > BEHIND_S else FRAME_CPU_SHARE
-        wait = self._frame_cpu_s / share - (time.perf_counter() - self._frame_started)
+        wait = self._frame_cpu_s / FRAME_CPU_SHARE - (time.perf_counter() - self._frame_started)
         if wait > 0:
             self._stop.wait(min(wait, 1.0))
         started, cpu_started = time.perf_counter(), time.thread_time()
