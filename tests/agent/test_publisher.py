@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import zmq
@@ -11,12 +10,7 @@ from ringscope import agent
 from ringscope.agent import wire
 from ringscope.agent.publisher import Publisher
 from ringscope.agent.schema import Health, Step
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 def test_records_arrive_in_order_with_consecutive_sequence_numbers() -> None:
@@ -44,7 +38,7 @@ def test_records_arrive_in_order_with_consecutive_sequence_numbers() -> None:
 
 
 def test_without_a_collector_a_step_stays_cheap_drops_are_counted_and_close_is_bounded() -> None:
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens here
+    endpoint = f"tcp://127.0.0.1:{free_port()}"  # nobody listens here
     telemetry = agent.start(framework="other", strategy="single", endpoint=endpoint, sample_devices=False,
                             queue_capacity=10_000, flush_interval_s=0.01)
     count = 200_000
@@ -65,7 +59,7 @@ def test_without_a_collector_a_step_stays_cheap_drops_are_counted_and_close_is_b
 
 
 def test_health_reports_drops() -> None:
-    publisher = Publisher(f"tcp://127.0.0.1:{_free_port()}", "x", queue_capacity=5)
+    publisher = Publisher(f"tcp://127.0.0.1:{free_port()}", "x", queue_capacity=5)
     for _ in range(8):
         publisher.put(Step(0, 1, 1.0, 2.0, 1.0))
     health = publisher._health()  # the record the sender thread appends every second
@@ -75,7 +69,7 @@ def test_health_reports_drops() -> None:
 
 def test_records_made_before_the_collector_started_still_arrive_without_gaps() -> None:
     # A training often starts before the window: what it queued meanwhile must not be lost (up to the queue's size).
-    port = _free_port()
+    port = free_port()
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "early-agent", flush_interval_s=0.01).start()
     context = zmq.Context()
     pull = context.socket(zmq.ROUTER)
@@ -104,7 +98,7 @@ def test_records_made_before_the_collector_started_still_arrive_without_gaps() -
 
 
 def test_close_without_a_collector_returns_quickly_and_counts_what_was_not_sent() -> None:
-    publisher = Publisher(f"tcp://127.0.0.1:{_free_port()}", "lonely-agent", flush_interval_s=0.01).start()
+    publisher = Publisher(f"tcp://127.0.0.1:{free_port()}", "lonely-agent", flush_interval_s=0.01).start()
     for i in range(100):
         publisher.put(Step(0, i, 1.0, 2.0, 1.0))
     started = time.monotonic()

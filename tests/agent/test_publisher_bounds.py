@@ -3,7 +3,6 @@ split, and connections that drop are counted in Health."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 
@@ -14,12 +13,7 @@ from ringscope.agent import wire
 from ringscope.agent.publisher import Publisher
 from ringscope.agent.schema import MAX_TEXT_CHARS, Event, Health, Hello, Step
 from tests.agent import hostile
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -46,7 +40,7 @@ def _receive(pull: zmq.Socket, until, timeout_s: float = 10.0) -> list[wire.Batc
 
 
 def test_hello_and_health_never_grow_the_queue_beyond_its_capacity(context: zmq.Context) -> None:
-    port = _free_port()
+    port = free_port()
     identity = hostile.hello("bounded")
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "bounded", hello=lambda: identity, queue_capacity=1000,
                           flush_interval_s=0.005, hello_interval_s=0.01, health_interval_s=0.01).start()
@@ -73,7 +67,7 @@ def test_hello_and_health_never_grow_the_queue_beyond_its_capacity(context: zmq.
 
 
 def test_a_batch_too_large_for_one_message_is_split_not_rejected(context: zmq.Context) -> None:
-    port = _free_port()
+    port = free_port()
     pull = _pull(context, port)
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "big", batch_max=512, flush_interval_s=0.2).start()
     try:
@@ -91,7 +85,7 @@ def test_a_batch_too_large_for_one_message_is_split_not_rejected(context: zmq.Co
 
 def test_a_dropped_connection_is_counted_in_health_and_unacknowledged_messages_go_again(
         context: zmq.Context) -> None:
-    port = _free_port()
+    port = free_port()
     first = _pull(context, port)
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "flaky", flush_interval_s=0.01, health_interval_s=0.05).start()
     second = None
@@ -127,7 +121,7 @@ def test_what_waits_for_an_ack_stays_within_its_bounds_when_the_collector_never_
         context: zmq.Context) -> None:
     from ringscope.agent.publisher import UNACKED_MAX_BYTES
 
-    port = _free_port()
+    port = free_port()
     pull = _pull(context, port)  # receives everything, acknowledges nothing
     publisher = Publisher(f"tcp://127.0.0.1:{port}", "unacked", flush_interval_s=0.01).start()
     text = "x" * (MAX_TEXT_CHARS - 10)

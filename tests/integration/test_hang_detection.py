@@ -7,7 +7,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 
 from ringscope.gui.core.analysis.stacks import fold
 from ringscope.gui.core.ingest.ask import ask
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "integration" / "scripts" / "ddp_hang.py"
@@ -54,12 +54,6 @@ class Lines:
         raise AssertionError(f"{text!r} not seen within {timeout_s} s; output so far:\n" + "\n".join(self.seen[-40:]))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _kill_group(process: subprocess.Popen[str]) -> None:
     """Kill the process and every descendant: torchrun starts its ranks in sessions of their own, so killing its
     process group would leave them running."""
@@ -79,7 +73,7 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 @pytest.fixture()
 def recording(tmp_path: Path) -> Iterator[tuple[Path, str, Lines, subprocess.Popen[str]]]:
     out = tmp_path / "s.db"
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     record = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(out), "--bind",
                                endpoint,
                                "--progress-s", "0"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -8,7 +8,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.ingest.collector import MAX_AGENTS, MAX_RANKS, MAX_RUN_IDS
 from ringscope.gui.core.ingest.session_reader import load
 from tests.agent import hostile
+from tests.ports import free_port
 
 RSS_GROWTH_LIMIT_MB = 150
 """The bound asserted: the recorder's queue budget (64 MB in the flood test, whose messages fill it; the fuzz test's
@@ -84,7 +84,6 @@ def recordings(tmp_path: Path) -> Iterator[Callable[..., Recording]]:
     yield start
     for recording in started:
         recording.kill()
-
 
 
 def _status_kb(pid: int, field: str) -> int:
@@ -252,16 +251,10 @@ def test_a_flood_of_large_valid_messages_stays_bounded_in_memory_and_counts_its_
 # ---- Losses are visible ------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_killed_and_restarted_recorder_loses_no_step(recordings) -> None:
     """SIGKILL mid-run, restart on the same endpoint: the agents send again what the dead one had not committed
     (acknowledged delivery), so the two files together hold every step, and neither holds a step twice."""
-    bind = f"tcp://127.0.0.1:{_free_port()}"
+    bind = f"tcp://127.0.0.1:{free_port()}"
     first = recordings("before", bind=bind)
     streamer = Streamer(bind, "restart", ranks=2)
     try:

@@ -35,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ringscope import agent
 from ringscope.agent.simulate import SimulationResult, run_cluster
+from tests.ports import free_port
 
 STRAGGLER, EXTRA_MS, RATE = 2, 30.0, 20.0
 DASHBOARD = Path(__file__).resolve().parents[2] / "resources" / "grafana" / "ringscope-dashboard.json"
@@ -225,12 +226,6 @@ def prometheus_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def prometheus(prometheus_binary: str, recording: Recording, tmp_path: Path) -> Iterator[str]:
     """A Prometheus server on loopback scraping the endpoint every second; yields its base URL."""
@@ -242,7 +237,7 @@ def prometheus(prometheus_binary: str, recording: Recording, tmp_path: Path) -> 
     process = None
     try:
         for _ in range(3):  # the free port may be taken between the probe and Prometheus' bind: try another
-            port = _free_port()
+            port = free_port()
             process = subprocess.Popen(
                 [prometheus_binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
                  f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
 from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.report import build_report
+from tests.ports import free_port
 
 CLI_TIMEOUT_S = 120
 DDP_TIMEOUT_S = 180
@@ -112,12 +112,6 @@ def test_compare_two_recorded_sessions(sessions: dict[str, Path], tmp_path: Path
                 str(tmp_path / "d.html")).returncode == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_real_ddp_recording_names_the_slow_rank(tmp_path: Path) -> None:
     """2 gloo ranks under torchrun, rank 1 slowed by 100 ms per step, recorded and reported."""
@@ -126,7 +120,7 @@ def test_real_ddp_recording_names_the_slow_rank(tmp_path: Path) -> None:
     collector = Collector("tcp://127.0.0.1:0", sinks=[recorder]).start()
     env = dict(os.environ, RINGSCOPE_ENDPOINT=collector.endpoint, RINGSCOPE_RUN_ID="report-ddp", OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-               str(_free_port()), "-m", "ringscope.trainers.ddp_trainer", "--log-every", "0", "--steps", "30",
+               str(free_port()), "-m", "ringscope.trainers.ddp_trainer", "--log-every", "0", "--steps", "30",
                "--slow-rank", "1", "--slow-ms", "100", "--checkpoint-dir", str(tmp_path / "ckpt"),
                "--checkpoint-every-steps", "10"]
     try:

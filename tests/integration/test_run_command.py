@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from ringscope.agent.schema import EventKind, Step
+from tests.ports import free_port
 from tests.trainers.conftest import TelemetryReceiver
 
 pytestmark = pytest.mark.slow
@@ -97,26 +97,9 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-_MASTER_PORTS = iter(range(20_000 + os.getpid() % 5_000, 32_768))
-"""torchrun master ports: below Linux's ephemeral range (32768-60999), so no socket of the runs started together
-(gloo's, ZeroMQ's) is given one by the kernel before its torchrun binds it, and never the same one twice here. An
-ephemeral "free port" gave two of them the same port once (EADDRINUSE under the full suite)."""
-
-
-def _free_port() -> int:
-    for port in _MASTER_PORTS:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # someone else's
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
 def _torchrun(args: list[str], ranks: int = 2) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
-            str(_free_port()), str(DDP_SCRIPT), *args]
+            str(free_port()), str(DDP_SCRIPT), *args]
 
 
 def _ringscope_run(receiver: TelemetryReceiver | None, run_id: str, command: list[str]) -> list[str]:

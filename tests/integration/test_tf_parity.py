@@ -17,7 +17,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import pytest
 
 from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.report import build_report
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -64,12 +64,6 @@ class Trained:
         return float(statistics.median(values))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGSCOPE_")}
     env.update(OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -96,7 +90,7 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Trained]]:
     folder = tmp_path_factory.mktemp("tf-parity")
     session = folder / "parity.db"
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     recorder = subprocess.Popen([sys.executable, "-m", "ringscope.gui.cli", "record", "--out", str(session), "--bind",
                                  endpoint, "--progress-s", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True)
@@ -110,7 +104,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Tra
                                                                   "--steps-per-call", str(PER_CALL)], _env()))
         assert code == 0, err[-3000:]
         runs["loop-multi"] = ([out], [err])
-        cluster = [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]
+        cluster = [f"localhost:{free_port()}", f"localhost:{free_port()}"]
         workers = [_run(endpoint, "tf-loop-worker", [str(SCRIPT), "loop-worker", "--steps", str(STEPS)],
                         _env(TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
                                                    "task": {"type": "worker", "index": index}})))

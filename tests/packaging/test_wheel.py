@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import zipfile
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_PROJECT = Path(__file__).resolve().parent / "user_project"
@@ -131,12 +132,6 @@ def test_a_command_that_needs_an_extra_says_which_in_one_line(installed: Install
     assert not list(tmp_path.iterdir())
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Recording:
     """``ringscope record`` of the installed wheel; ``stop()`` ends it with Ctrl-C (SIGINT), as a user would."""
@@ -158,7 +153,7 @@ class Recording:
 @pytest.fixture
 def recording(installed: Installed, tmp_path: Path) -> Iterator[Recording]:
     session = tmp_path / "session.db"
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     process = subprocess.Popen([installed.ringscope, "record", "--out", str(session), "--bind", endpoint,
                                 "--progress-s", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env=_clean_env(), cwd=tmp_path)
@@ -176,7 +171,7 @@ def test_zero_code_records_every_step_of_a_project_with_its_own_agent_gui_traine
     env = {**_clean_env(), "IMPORT_ORDER": order, "OMP_NUM_THREADS": "1"}
     trained = subprocess.run(
         [installed.ringscope, "run", "--endpoint", recording.endpoint, "--run-id", f"user-{order}", "--",
-         installed.python, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+         installed.python, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
          "train.py", "--steps", str(STEPS)],
         cwd=project, env=env, capture_output=True, text=True, timeout=240)
     assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-3000:]

@@ -8,7 +8,6 @@ tolerances are wide enough for a loaded machine and narrow enough to catch a wro
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 from ringscope.agent.schema import EventKind, Step
 from ringscope.trainers.common import parse_result
+from tests.ports import free_port
 
 if TYPE_CHECKING:
     from tests.trainers.conftest import TelemetryReceiver
@@ -59,7 +59,7 @@ def torchrun(args: list[str], receiver: TelemetryReceiver | None, endpoint: str 
     env = dict(os.environ, RINGSCOPE_RUN_ID="test-run", OMP_NUM_THREADS="1")
     env["RINGSCOPE_ENDPOINT"] = receiver.endpoint if receiver is not None else (endpoint or env["RINGSCOPE_ENDPOINT"])
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-port", str(_free_port()), "-m", "ringscope.trainers.ddp_trainer", "--log-every", "0", *args]
+               "--master-port", str(free_port()), "-m", "ringscope.trainers.ddp_trainer", "--log-every", "0", *args]
     started = time.monotonic()
     with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as proc:
@@ -73,12 +73,6 @@ def torchrun(args: list[str], receiver: TelemetryReceiver | None, endpoint: str 
     if receiver is not None:  # the agents flush at close; give the last batch a moment to arrive
         receiver.wait_for(lambda r: len(r.events(EventKind.FINISHED)) >= 2, timeout_s=10)
     return run
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _median(steps: list[Step], field: str) -> float:
@@ -244,7 +238,7 @@ def test_comm_delay_is_measured_as_allreduce_stall_on_every_rank(comm_delay_run:
 
 
 def test_no_collector_listening_still_finishes() -> None:
-    run = torchrun(["--steps", "20"], None, endpoint=f"tcp://127.0.0.1:{_free_port()}")
+    run = torchrun(["--steps", "20"], None, endpoint=f"tcp://127.0.0.1:{free_port()}")
     assert run.result["steps"] == 20
     assert run.seconds < 60
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -13,12 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from ringscope.gui.app import build_window
 from ringscope.gui.views.qt_preferences import Preferences
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 def test_the_metrics_switch_starts_and_stops_the_endpoint(qtbot: QtBot, tmp_path: Path) -> None:
@@ -26,7 +20,7 @@ def test_the_metrics_switch_starts_and_stops_the_endpoint(qtbot: QtBot, tmp_path
     parts = build_window(bind="tcp://127.0.0.1:0", record_to=tmp_path / "s.db", preferences=prefs)
     qtbot.addWidget(parts.window)
     try:
-        port = _free_port()
+        port = free_port()
         parts.window.apply_preferences(replace(prefs, metrics_port=port))
         assert f"http://127.0.0.1:{port}/metrics" in parts.window.status.currentMessage()
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
