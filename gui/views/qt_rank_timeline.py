@@ -10,6 +10,8 @@ ranks table). Owns its plot items only; redrawn from snapshots.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -188,8 +190,9 @@ class QtRankTimeline(QtWidgets.QWidget):
         if self._focus is not None:
             if self._focus in self._runs.names:
                 snap = focus(snap, self._focus)
-            else:  # another run, without that host
-                self.set_focus_host(None)
+            else:  # another run, without that host: every host again (the window tells the other views)
+                self._focus = None
+                self._sync_box()
                 self.sig_focus_host.emit(None)
         self._snap = snap
         self._shares = getattr(snap, self._field)
@@ -310,24 +313,11 @@ class QtRankTimeline(QtWidgets.QWidget):
     def _draw_host_bands(self, snap: Snapshot, by_host: HostRuns | None) -> None:
         """A dashed line between the rows of consecutive hosts and, up to ``MAX_HOST_LABELS`` hosts, the hosts'
         names on the rank axis (ranks are rows in rank order, which torchrun and TF_CONFIG fill host by host).
-        With a row per host (``by_host``) the axis says so, and names the hosts when they are few."""
-        if by_host is not None:
-            key: tuple[object, ...] = ("by host", by_host.names)
-            if key == self._host_key:
-                return
-            self._host_key = key
-            for item in self._host_items:
-                self.heat_plot.removeItem(item)
-            self._host_items = []
-            axis = self.heat_plot.getPlotItem().getAxis("left")
-            axis.setTicks(None)
-            for each in (axis, self.bands_plot.getPlotItem().getAxis("left")):
-                each.setWidth(None)
-            self.heat_plot.setLabel("left", "host (mean of its ranks)")
-            return
-        hosts = np.asarray(snap.hosts, dtype=str)
-        starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]]) if hosts.size else np.zeros(0, np.int64)
-        key = (tuple(starts.tolist()), tuple(hosts[starts].tolist())) if 1 < starts.size <= MAX_HOST_BANDS else ()
+        With a row per host (``by_host``) the axis says so instead."""
+        runs = by_host if by_host is not None else (self._runs if snap is self._full else host_runs(snap.hosts))
+        banded = by_host is None and 1 < runs.starts.size <= MAX_HOST_BANDS
+        key: tuple[object, ...] = ((by_host is not None, tuple(runs.starts.tolist()), runs.names)
+                                   if by_host is not None or banded else ())
         if key == self._host_key:
             return
         self._host_key = key
@@ -336,29 +326,30 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._host_items = []
         axis = self.heat_plot.getPlotItem().getAxis("left")
         bands_axis = self.bands_plot.getPlotItem().getAxis("left")
-        if not key or starts.size > MAX_HOST_LABELS:
+        labelled = banded and runs.starts.size <= MAX_HOST_LABELS
+        if not labelled:
             axis.setTicks(None)
-            self.heat_plot.setLabel("left", "rank")
             for each in (axis, bands_axis):
                 each.setWidth(None)  # automatic again
-        if not key:
+        if not banded:
+            self.heat_plot.setLabel("left", "host (mean of its ranks)" if by_host is not None else "rank")
             return
         pen = pg.mkPen(theme.color(theme.current().text), width=1, style=QtCore.Qt.PenStyle.DashLine)
-        for start in starts[1:]:
+        for start in runs.starts[1:]:
             line = pg.InfiniteLine(pos=float(start), angle=0, pen=pen, movable=False)
             self.heat_plot.addItem(line)
             self._host_items.append(line)
-        if starts.size <= MAX_HOST_LABELS:
-            ends = np.r_[starts[1:], hosts.size]
-            axis.setTicks([[((a + b) / 2, str(hosts[a])) for a, b in zip(starts, ends, strict=True)]])
-            self.heat_plot.setLabel("left", "host")
-            # the names widen the axis: the bands chart below gets the same width, so both time axes line up
-            width = QtGui.QFontMetrics(axis.style.get("tickFont") or self.font()).horizontalAdvance(
-                max(hosts[starts].tolist(), key=len)) + 40
-            for each in (axis, bands_axis):
-                each.setWidth(width)
-        else:
+        if not labelled:
             self.heat_plot.setLabel("left", "rank (dashes: hosts)")
+            return
+        axis.setTicks([[((a + b) / 2, name) for a, b, name in
+                        zip(runs.starts.tolist(), runs.ends.tolist(), runs.names, strict=True)]])
+        self.heat_plot.setLabel("left", "host")
+        # the names widen the axis: the bands chart below gets the same width, so both time axes line up
+        width = QtGui.QFontMetrics(axis.style.get("tickFont") or self.font()).horizontalAdvance(
+            max(runs.names, key=len)) + 40
+        for each in (axis, bands_axis):
+            each.setWidth(width)
 
     def _describe_line(self, x: float, y: float) -> str | None:
         col = self._column(x)
@@ -395,12 +386,12 @@ class QtRankTimeline(QtWidgets.QWidget):
                 f"ranks\nlowest: rank {int(ranks[low])} {values[low]:.1f} %, highest: rank {int(ranks[high])} "
                 f"{values[high]:.1f} %\nclick: show this host's ranks")
 
-    def _heat_clicked(self, event: object) -> None:
+    def _heat_clicked(self, event: Any) -> None:  # a pyqtgraph MouseClickEvent
         """A click on a heatmap row drills down to that row's host (double-click still means "follow live")."""
-        if self._snap is None or getattr(event, "button", lambda: None)() != QtCore.Qt.MouseButton.LeftButton:
+        if self._snap is None or event.button() != QtCore.Qt.MouseButton.LeftButton:
             return
         view = self.heat_plot.getPlotItem().vb
-        scene_pos = event.scenePos()  # type: ignore[attr-defined]
+        scene_pos = event.scenePos()
         if not view.sceneBoundingRect().contains(scene_pos) or self._focus is not None:
             return
         row = int(np.floor(view.mapSceneToView(scene_pos).y()))

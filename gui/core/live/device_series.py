@@ -121,6 +121,7 @@ class _GpuRings:
             self.bin_sum[slot] = 0.0  # the slot's old second left the ring
             self.bin_n[slot] = 0
             self.bin_sec[slot] = second
+            self.bins_touched.discard(held)  # at most BIN_SECONDS kept, whether or not a summary reads them
         self.bin_sum[slot, row] += value
         self.bin_n[slot, row] += 1
         self.bins_touched.add(second)
@@ -238,12 +239,10 @@ class DeviceSeries:
                 readonly(ring.ordered("cpu_pct")), math.nan if h.mem_used_bytes is None else float(h.mem_used_bytes),
                 math.nan if h.mem_total_bytes is None else float(h.mem_total_bytes))
         self._host_dirty.clear()
-        if self._gpu_order is None:
-            self._gpu_order = [row for _, row in sorted(self._row.items())]  # by (host, gpu_index)
         if self._host_order is None:
             self._host_order = sorted(self._hosts)
         built = self._gpu_series
-        gpus = tuple(series for row in self._gpu_order if (series := built[row]) is not None)  # all built above
+        gpus = tuple(series for row in self._order() if (series := built[row]) is not None)  # all built above
         hosts = tuple(self._host_series[name] for name in self._host_order)
         self._cache = (self._version, gpus, hosts)
         return gpus, hosts
@@ -275,8 +274,7 @@ class DeviceSeries:
             band[:, i] = column
         for second in [s for s in self._band if not first <= s < last]:
             del self._band[second]
-        order = np.asarray(self._gpu_order if self._gpu_order is not None
-                           else [row for _, row in sorted(self._row.items())], np.int64)
+        order = np.asarray(self._order(), np.int64)
         used, total = rings.last("mem_used_bytes", order), rings.total[order]
         with np.errstate(all="ignore"):
             mem = np.where(np.isfinite(total) & (total > 0), 100.0 * used / total, np.nan)
@@ -285,6 +283,12 @@ class DeviceSeries:
             array.setflags(write=False)
         self._summary, self._summary_key = GpuSummary(util, mem, float(last), band), (rings.rows, end_s)
         return self._summary
+
+    def _order(self) -> list[int]:
+        """The GPUs' rows sorted by ``(host, gpu_index)``: recomputed only when a GPU appeared."""
+        if self._gpu_order is None:
+            self._gpu_order = [row for _, row in sorted(self._row.items())]
+        return self._gpu_order
 
     def gpu_columns(self) -> Columns:
         """Every kept GPU reading as ``SessionData.gpu`` columns (GPUs in first-seen order, each oldest first)."""

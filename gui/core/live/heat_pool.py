@@ -33,15 +33,9 @@ class HeatPool:
         """Rows ``rows`` (``n`` of them) of the ring ``source``, columns rotated oldest first (``split``: the
         oldest column), in a buffer no snapshot holds."""
         out = self._buffer(name, n)
-        tail = self._buckets - split
-        if isinstance(rows, slice):
-            out[:, :tail] = source[rows, split:]
-            out[:, tail:] = source[rows, :split]
-        else:  # ranks did not arrive in order (thousands of agents joining at once): gather the rows, rotated
-            gathered = source.take(rows, axis=0)  # one gather, then two slice copies (8 ms at 8 192 x 600, not 15)
-            out[:, :tail] = gathered[:, split:]
-            out[:, tail:] = gathered[:, :split]
-        return out
+        # ranks that did not arrive in order (thousands of agents joining at once): one gather, then the rotation's
+        # two slice copies (8 ms at 8 192 x 600, where gather, concatenate and copy took 15)
+        return oldest_first(source[rows] if isinstance(rows, slice) else source.take(rows, axis=0), split, out)
 
     def _buffer(self, name: str, n: int) -> np.ndarray:
         pool = self._pool[name]
@@ -60,6 +54,12 @@ class HeatPool:
         return buffer
 
 
-def oldest_first(matrix: np.ndarray, split: int) -> np.ndarray:
-    """A copy of a ranks x buckets ring with its columns rotated oldest-first (two slices: no fancy indexing)."""
-    return np.concatenate((matrix[:, split:], matrix[:, :split]), axis=1)
+def oldest_first(matrix: np.ndarray, split: int, out: np.ndarray | None = None) -> np.ndarray:
+    """A ranks x buckets ring with its columns rotated oldest-first (two slice copies: no fancy indexing), into
+    ``out`` when given, else a new array."""
+    if out is None:
+        out = np.empty_like(matrix)
+    tail = matrix.shape[1] - split
+    out[:, :tail] = matrix[:, split:]
+    out[:, tail:] = matrix[:, :split]
+    return out

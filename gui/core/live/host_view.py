@@ -47,10 +47,6 @@ class HostRuns:
         """One past the last row of each run."""
         return np.r_[self.starts[1:], self.rows] if self.starts.size else self.starts
 
-    def run_of(self, row: int) -> int:
-        """The run that row ``row`` belongs to."""
-        return int(np.searchsorted(self.starts, row, side="right")) - 1
-
 
 def host_runs(hosts: tuple[str, ...]) -> HostRuns:
     """The runs of equal hosts in ``hosts`` (a snapshot's ``hosts``, one per rank row)."""

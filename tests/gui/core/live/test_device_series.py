@@ -149,3 +149,15 @@ def test_store_lock_covers_device_series_under_concurrent_ingest() -> None:
     assert not any(thread.is_alive() for thread in threads)
     assert frames > 0
     assert store.snapshot().counters["bad_records"] == 0
+
+
+def test_per_second_bins_stay_bounded_when_no_summary_reads_them() -> None:
+    # few GPUs: no many-GPU summary is ever built, so nothing clears the seconds that took readings; the ring's
+    # reuse of a slot must, or a week-long run would keep a set entry per second
+    from ringscope.gui.core.live.device_series import BIN_SECONDS
+
+    devices = DeviceSeries(series_len=8)
+    for second in range(5 * BIN_SECONDS):
+        devices.take_gpu(GpuSample(T0 + second, "h", 0, util_pct=50.0))
+    assert devices.summary(T0 + 5 * BIN_SECONDS) is None
+    assert len(devices._gpus.bins_touched) <= BIN_SECONDS
