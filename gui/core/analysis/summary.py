@@ -266,35 +266,99 @@ def analyze(session: SessionData, *, warmup_steps: int = WARMUP_STEPS, bucket_s:
 
 
 def gpu_stats(session: SessionData) -> list[GpuStats]:
-    """Utilization percentiles per (host, GPU index)."""
+    """Utilization percentiles per (host, GPU index), in (host, index) order.
+
+    One pass over the rows, whatever their order: the rows are grouped by GPU once (a mask per GPU cost O(GPUs x
+    rows): at 2 048 GPUs x 40 readings 2 s, at 8 192 x 600 readings hours, on the live analyzer's thread), then
+    every figure is a grouped reduction. The percentiles are numpy's default (linear) method, per GPU."""
     gpu = session.gpu
-    out: list[GpuStats] = []
-    if len(gpu["ts_s"]) == 0:
-        return out
-    keys = sorted({(str(h), int(i)) for h, i in zip(gpu["host"], gpu["gpu_index"], strict=False)})
-    for host, index in keys:
-        mask = (gpu["host"] == host) & (gpu["gpu_index"] == index)
-        util = gpu["util_pct"][mask]
-        util = util[~np.isnan(util)]
-        clock = gpu["sm_clock_mhz"][mask]
-        clock = clock[~np.isnan(clock)]
-        throttle = gpu["throttle_reasons"][mask]
-        throttle = throttle[~np.isnan(throttle)]
-        names = [n for n in gpu["name"][mask] if n]
-        ranks = gpu["rank"][mask]
-        ranks = ranks[~np.isnan(ranks)]
-        pct = np.percentile(util, [5, 50, 95]) if len(util) else None
-        out.append(GpuStats(
-            host=host, gpu_index=index, name=str(names[0]) if names else None,
-            rank=int(ranks[0]) if len(ranks) else None, samples=int(mask.sum()),
-            util_mean=float(util.mean()) if len(util) else None,
-            util_p5=float(pct[0]) if pct is not None else None,
-            util_p50=float(pct[1]) if pct is not None else None,
-            util_p95=float(pct[2]) if pct is not None else None,
-            sm_clock_p50_mhz=float(np.median(clock)) if len(clock) else None,
-            throttled_share=float((throttle > 0).mean()) if len(throttle) else None,
-        ))
+    count = len(gpu["ts_s"])
+    if count == 0:
+        return []
+    group, keys = _gpu_groups(np.asarray(gpu["host"], dtype=object), np.asarray(gpu["gpu_index"]))
+    groups = len(keys)
+    samples = np.bincount(group, minlength=groups)
+    util = np.asarray(gpu["util_pct"], dtype=np.float64)
+    util_q = _group_percentiles(group, util, groups, (5.0, 50.0, 95.0))
+    have_util = ~np.isnan(util)
+    util_n = np.bincount(group[have_util], minlength=groups)
+    with np.errstate(all="ignore"):
+        util_mean = np.bincount(group[have_util], weights=util[have_util], minlength=groups) / util_n
+    (clock_p50,) = _group_percentiles(group, np.asarray(gpu["sm_clock_mhz"], dtype=np.float64), groups, (50.0,))
+    throttle = np.asarray(gpu["throttle_reasons"], dtype=np.float64)
+    have_throttle = ~np.isnan(throttle)
+    throttle_n = np.bincount(group[have_throttle], minlength=groups)
+    with np.errstate(all="ignore"):
+        throttled = (np.bincount(group[have_throttle], weights=throttle[have_throttle] > 0, minlength=groups)
+                     / throttle_n)
+    names = np.asarray(gpu["name"], dtype=object)
+    named = np.flatnonzero(np.fromiter((bool(n) for n in names), bool, count))
+    first_name = _first_per_group(group, named, groups)
+    rank_col = np.asarray(gpu["rank"], dtype=np.float64)
+    first_rank = _first_per_group(group, np.flatnonzero(~np.isnan(rank_col)), groups)
+
+    def value(array: np.ndarray, i: int) -> float | None:
+        return None if np.isnan(array[i]) else float(array[i])
+
+    return [GpuStats(host=host, gpu_index=index, name=str(names[first_name[i]]) if first_name[i] >= 0 else None,
+                     rank=int(rank_col[first_rank[i]]) if first_rank[i] >= 0 else None, samples=int(samples[i]),
+                     util_mean=value(util_mean, i), util_p5=value(util_q[0], i), util_p50=value(util_q[1], i),
+                     util_p95=value(util_q[2], i), sm_clock_p50_mhz=value(clock_p50, i),
+                     throttled_share=value(throttled, i))
+            for i, (host, index) in enumerate(keys)]
+
+
+def _gpu_groups(hosts: np.ndarray, indexes: np.ndarray) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """Each row's GPU as a group number, and the groups' (host, index) in sorted order (group i is keys[i]).
+
+    Rows usually come as runs of one GPU (a GPU's readings together): only the first row of each run is looked up
+    in a dict, then the runs' numbers are repeated."""
+    count = len(hosts)
+    change = np.ones(count, bool)
+    if count > 1:
+        change[1:] = (hosts[1:] != hosts[:-1]) | (indexes[1:] != indexes[:-1])
+    starts = np.flatnonzero(change)
+    run_keys = [(str(h), int(i)) for h, i in zip(hosts[starts].tolist(), indexes[starts].tolist(), strict=True)]
+    keys = sorted(set(run_keys))
+    number = {key: i for i, key in enumerate(keys)}
+    run_group = np.fromiter((number[key] for key in run_keys), np.int64, len(run_keys))
+    return np.repeat(run_group, np.diff(np.append(starts, count))), keys
+
+
+def _group_percentiles(group: np.ndarray, values: np.ndarray, groups: int,
+                       percents: tuple[float, ...]) -> list[np.ndarray]:
+    """Per group, ``np.percentile(values[group == g & ~isnan], percents)`` (linear method), NaN for a group with no
+    value: one sort by (group, value) for all groups."""
+    have = ~np.isnan(values)
+    group, values = group[have], values[have]
+    order = np.lexsort((values, group))
+    ordered = values[order]
+    n = np.bincount(group, minlength=groups)
+    start = np.cumsum(n) - n
+    out = []
+    for percent in percents:
+        result = np.full(groups, np.nan)
+        some = n > 0
+        virtual = (percent / 100) * (n[some] - 1)  # numpy's linear method: the virtual index q (n - 1)
+        below = np.floor(virtual)
+        gamma = virtual - below
+        low = start[some] + below.astype(np.int64)
+        high = start[some] + np.minimum(below.astype(np.int64) + 1, n[some] - 1)
+        a, b = ordered[low], ordered[high]
+        diff = b - a
+        # numpy's _lerp: from the nearer end, so that a percentile of equal values is exactly that value
+        result[some] = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+        out.append(result)
     return out
+
+
+def _first_per_group(group: np.ndarray, rows: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, the first of ``rows`` (ascending row numbers) that belongs to it, or -1."""
+    first = np.full(groups, -1, np.int64)
+    if rows.size:
+        taken, at = np.unique(group[rows], return_index=True)  # return_index: each group's first occurrence
+        first[taken] = rows[at]
+    return first
 
 
 # ---- Helpers ------------------------------------------------------------------------------------------------------

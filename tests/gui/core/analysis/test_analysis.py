@@ -194,6 +194,51 @@ def test_mirrored_strategy_replicas_from_one_agent() -> None:
     assert a.straggler is not None and a.straggler.rank == 1
 
 
+def _gpu_stats_one_by_one(session: SessionData) -> list[tuple[object, ...]]:
+    """The per-GPU figures computed the plain way, a mask and ``np.percentile`` per GPU (the oracle)."""
+    gpu = session.gpu
+    out = []
+    for host, index in sorted({(str(h), int(i)) for h, i in zip(gpu["host"], gpu["gpu_index"], strict=True)}):
+        mask = (gpu["host"] == host) & (gpu["gpu_index"] == index)
+        util = gpu["util_pct"][mask][~np.isnan(gpu["util_pct"][mask])]
+        clock = gpu["sm_clock_mhz"][mask][~np.isnan(gpu["sm_clock_mhz"][mask])]
+        throttle = gpu["throttle_reasons"][mask][~np.isnan(gpu["throttle_reasons"][mask])]
+        names = [n for n in gpu["name"][mask] if n]
+        ranks = gpu["rank"][mask][~np.isnan(gpu["rank"][mask])]
+        pct = np.percentile(util, [5, 50, 95]) if util.size else [None] * 3
+        out.append((host, index, names[0] if names else None, int(ranks[0]) if ranks.size else None,
+                    int(mask.sum()), float(util.mean()) if util.size else None, *pct,
+                    float(np.median(clock)) if clock.size else None,
+                    float((throttle > 0).mean()) if throttle.size else None))
+    return out
+
+
+def test_gpu_statistics_grouped_in_one_pass_equal_those_of_each_gpu_alone() -> None:
+    rng = np.random.default_rng(7)
+    rows: list[tuple[object, ...]] = []
+    for g in range(60):
+        host, index = f"node{g // 8:02d}", g % 8
+        for k in range(int(rng.integers(1, 40))):
+            util = float("nan") if rng.random() < 0.1 else float(rng.integers(0, 101))
+            if g == 5:
+                util = float("nan")  # a GPU that never reported utilization
+            name = None if k == 0 or g == 7 else ("" if k == 1 else f"GPU-{g % 3}")
+            rank = None if k < 2 or g == 9 else g
+            clock = float("nan") if g % 4 == 0 else float(rng.integers(900, 1980))
+            throttle = None if g % 5 == 0 else int(rng.integers(0, 3))
+            rows.append((1e9 + k, host, index, None, name, rank, util, None, None, None, None, None, None, clock,
+                         throttle))
+    order = rng.permutation(len(rows))  # a recording's rows interleave the GPUs
+    for sample in (rows, [rows[i] for i in order]):
+        session = SessionData(gpu=columns_from_rows("gpu", sample))
+        got = [dataclasses.astuple(g) for g in analyze(session).gpus]
+        want = _gpu_stats_one_by_one(session)
+        assert [g[:5] for g in got] == [w[:5] for w in want]
+        assert np.allclose(np.array([g[5:] for g in got], dtype=float), np.array([w[5:] for w in want], dtype=float),
+                           rtol=1e-12, atol=0, equal_nan=True)
+        assert any(g[5] is None for g in got) and any(g[2] is None for g in got) and any(g[3] is None for g in got)
+
+
 def test_gpu_statistics_and_no_gpu_statement() -> None:
     a = analyze(make_session(ranks=2, straggler=1, extra_compute_s=0.03, throttle=True))
     assert a.gpu_present
