@@ -101,9 +101,12 @@ def network_findings(session: SessionData, steady: np.ndarray) -> NetworkFinding
         host = host_of_agent.get(agent_id)
         if host in merged:
             merged[host] = merged[host].merged(transit)
+    ranks_of: dict[str, list[int]] = {name: [] for name in names}
+    for rank, host in sorted(host_of_rank.items()):
+        ranks_of[host].append(rank)
     hosts: list[HostLink] = []
     for index, host in enumerate(names):
-        ranks = tuple(sorted(r for r, h in host_of_rank.items() if h == host))
+        ranks = tuple(ranks_of[host])
         bytes_per_step, transfer = bytes_of[index], transfer_of[index]
         bandwidth = (bytes_per_step * ring / transfer
                      if bytes_per_step and transfer and transfer > 0 and ring > 0 else None)
@@ -135,7 +138,8 @@ def _per_host_columns(steps: dict[str, np.ndarray], steady: np.ndarray, host_of_
     if not names or not steady.any():
         return empty, list(empty)
     known = np.array(sorted(host_of_rank), dtype=np.float64)
-    host_index = np.array([names.index(host_of_rank[int(r)]) for r in known], dtype=np.int64)
+    position = {name: i for i, name in enumerate(names)}
+    host_index = np.array([position[host_of_rank[int(r)]] for r in known], dtype=np.int64)
     rank = steps["rank"][steady]
     slot = np.searchsorted(known, rank)
     found = (slot < len(known)) & (known[np.minimum(slot, len(known) - 1)] == rank)
