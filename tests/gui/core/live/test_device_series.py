@@ -53,6 +53,43 @@ def test_ring_keeps_the_newest_readings_oldest_first() -> None:
     assert list(columns["util_pct"]) == list(gpu.util_pct)
 
 
+def test_session_columns_hold_every_gpus_newest_readings_and_within_the_budget_its_newest_share() -> None:
+    size = 6
+    devices = DeviceSeries(series_len=size)
+    taken = {("h1", 0): 3, ("h0", 1): 6, ("h0", 0): 14}  # under, at and past the ring's size
+    for key, n in taken.items():
+        for i in range(n):
+            devices.take_gpu(GpuSample(T0 + i, key[0], key[1], uuid=f"U-{key}", name=None if key[1] else "H100",
+                                       rank=None if key == ("h1", 0) else 7, util_pct=float(i),
+                                       mem_used_bytes=1000 + i))
+    full = devices.gpu_columns()
+    kept = {key: min(n, size) for key, n in taken.items()}
+    assert len(full["ts_s"]) == sum(kept.values())
+    at = 0
+    for key, n in taken.items():  # first-seen order, each GPU's readings oldest first
+        rows = slice(at, at + kept[key])
+        assert list(full["util_pct"][rows]) == [float(i) for i in range(n - kept[key], n)]
+        assert list(full["mem_used_bytes"][rows]) == [1000.0 + i for i in range(n - kept[key], n)]
+        assert set(full["host"][rows]) == {key[0]} and set(full["gpu_index"][rows]) == {float(key[1])}
+        assert set(full["uuid"][rows]) == {f"U-{key}"}
+        assert set(full["name"][rows]) == {None if key[1] else "H100"}
+        assert (np.isnan(full["rank"][rows]).all() if key == ("h1", 0) else set(full["rank"][rows]) == {7.0})
+        assert np.isnan(full["sm_clock_mhz"][rows]).all() and np.isnan(full["temp_c"][rows]).all()  # not kept live
+        at += kept[key]
+    assert all(len(column) == at for column in full.values())
+
+    within = devices.gpu_columns(budget=6)  # 15 readings kept, 6 allowed: each GPU's newest max(16, 6 // 3)
+    assert len(within["ts_s"]) == len(full["ts_s"])  # the floor of 16 per GPU keeps them all here
+    tight = DeviceSeries(series_len=600)
+    for i in range(100):
+        for g in range(4):
+            tight.take_gpu(GpuSample(T0 + i, "h", g, util_pct=float(i)))
+    columns = tight.gpu_columns(budget=200)  # 400 kept, 200 allowed: each GPU's newest 50
+    assert len(columns["ts_s"]) == 200
+    assert list(columns["util_pct"][:50]) == [float(i) for i in range(50, 100)]
+    assert list(columns["gpu_index"][150:]) == [3.0] * 50
+
+
 def test_host_without_gpu() -> None:
     devices = DeviceSeries(series_len=8)
     devices.take_host(HostSample(T0, "cpu-box", 12.0, 1, 2, None, None, 0, GpuStatus.NO_GPU, "no lib"))
