@@ -253,12 +253,16 @@ class LiveStore:
 
     def to_session_data(self) -> SessionData:
         """What the store holds as a ``SessionData`` (recent steps only) for live cost and analysis."""
-        with self._lock:
-            steps = recent_columns(self._rank_arr, self._recent, self._rows)
+        with self._lock:  # copies only: the collector waits for this lock (8 192 ranks: ~20 ms, not seconds)
+            n = self._rows
+            recent = {name: matrix[:n].copy() for name, matrix in self._recent.items()}
+            rank_of_row = self._rank_arr[:n].copy()
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
-            return SessionData(agents=list(self._agents.values()), steps=steps, gpu=self._devices.gpu_columns(),
+            data = SessionData(agents=list(self._agents.values()), gpu=self._devices.gpu_columns(),
                                host=self._devices.host_columns(), health=health_columns(list(self._health.values())),
                                events=list(self._events), counters=counters, source="live")
+        data.steps = recent_columns(rank_of_row, recent, n)
+        return data
 
     # ---- Bulk load (a reopened recording) ------------------------------------------------------------------------
 
@@ -332,6 +336,12 @@ class LiveStore:
 
     def _take_hello(self, hello: Hello) -> None:
         known = hello.agent_id in self._agents
+        announced = min(hello.world_size, self._max_ranks)
+        if announced > self._cap:
+            # The run says how many ranks will come: room for all of them at once instead of a doubling (and a copy
+            # of every matrix) each time the join storm outgrows it. The pages are reserved, not written, until a rank
+            # takes its row.
+            self._grow(announced)
         self._agents[hello.agent_id] = hello
         ranks = set(hello.ranks) or {hello.rank}
         self._agent_ranks[hello.agent_id] = ranks
@@ -398,15 +408,26 @@ class LiveStore:
             row = self._rows
             self._rows += 1
             self._row_of[rank] = row
+            for name, recent in self._recent.items():  # reserved rows hold nothing yet: the row's "no step"
+                recent[row] = -1 if name == "step" else (False if name == "first_batch" else np.nan)
+            self._buckets.use(self._rows)
             self._rank_arr[row] = rank
             self._rank["last_seen_s"][row] = time.time()
             self._loss_version += 1  # a new row: the per-rank drops / gaps arrays change shape
         return row
 
     def _grow(self, cap: int) -> None:
+        """Room for ``cap`` rank rows. The large per-row arrays (recent steps, time buckets) are only reserved:
+        zeroed memory that the kernel maps when a row is first written (``_row`` sets a new row's "nothing yet"),
+        so growing costs a copy of the rows in use, and a hello can size the store for its whole announced run."""
         def grown(array: np.ndarray, fill: float) -> np.ndarray:
             out = np.full((cap, *array.shape[1:]), fill, dtype=array.dtype)
             out[: array.shape[0]] = array
+            return out
+
+        def reserved(array: np.ndarray) -> np.ndarray:
+            out = np.zeros((cap, *array.shape[1:]), dtype=array.dtype)
+            out[: self._rows] = array[: self._rows]
             return out
 
         if self._cap == 0:
@@ -419,8 +440,7 @@ class LiveStore:
         self._rank_arr = grown(self._rank_arr, 0)
         self._rank = {name: grown(a, 0.0 if name in ("finished", "count") else np.nan) for name, a in
                       self._rank.items()}
-        self._recent = {name: grown(a, -1 if a.dtype == np.int64 else (0 if a.dtype == bool else np.nan))
-                        for name, a in self._recent.items()}
+        self._recent = {name: reserved(a) for name, a in self._recent.items()}
         self._buckets.grow(cap)
         self._rank_hosts.extend(["?"] * (cap - len(self._rank_hosts)))
         self._cap = cap

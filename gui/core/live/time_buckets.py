@@ -41,6 +41,7 @@ class TimeBuckets:
     def __init__(self, buckets: int, bucket_s: float) -> None:
         self.T = buckets
         self.bucket_s = float(bucket_s)
+        self.rows = 0  # rows in use: the first ``rows`` of every matrix (``use``); the others are only reserved
         self.sums: dict[str, np.ndarray] = {name: np.zeros((0, buckets), np.float32) for name in _SUMS}
         # Derived per-cell figures (mean step, phase shares) are kept up to date column by column: only the
         # columns written since the last snapshot are recomputed, so a frame costs O(ranks), not O(ranks x T).
@@ -57,14 +58,23 @@ class TimeBuckets:
         self.steps = np.zeros(buckets)
 
     def grow(self, cap: int) -> None:
-        """Room for ``cap`` rank rows (the new rows empty)."""
-        def grown(array: np.ndarray, fill: float) -> np.ndarray:
-            out = np.full((cap, self.T), fill, dtype=array.dtype)
-            out[: array.shape[0]] = array
+        """Room for ``cap`` rank rows. The new rows are only reserved (zeroed memory the kernel maps when first
+        written): they cost memory once ``use`` takes them, and growing copies only the rows in use. (Filling the
+        new rows at once cost 45 % of the ingest process while 8 192 ranks joined.)"""
+        def grown(array: np.ndarray) -> np.ndarray:
+            out = np.zeros((cap, self.T), dtype=array.dtype)
+            out[: self.rows] = array[: self.rows]
             return out
 
-        self.sums = {name: grown(a, 0.0) for name, a in self.sums.items()}
-        self.heat = {name: grown(a, np.nan) for name, a in self.heat.items()}
+        self.sums = {name: grown(a) for name, a in self.sums.items()}
+        self.heat = {name: grown(a) for name, a in self.heat.items()}
+
+    def use(self, rows: int) -> None:
+        """The first ``rows`` rows are in use; a row taken now has nothing measured yet (sums 0, shares NaN)."""
+        if rows > self.rows:
+            for array in self.heat.values():
+                array[self.rows:rows] = np.nan
+            self.rows = rows
 
     # ---- Writing (collector thread, or a bulk reload) --------------------------------------------------------------
 
@@ -138,7 +148,7 @@ class TimeBuckets:
         first = max(self.head_abs + 1, head - self.T + 1)
         cols = np.arange(first, head + 1) % self.T
         for array in self.sums.values():
-            array[:, cols] = 0.0
+            array[:self.rows, cols] = 0.0  # rows not in use were never written: still 0
         self.samples[cols] = 0.0
         self.steps[cols] = 0.0
         self.col_abs[cols] = np.arange(first, head + 1)
@@ -149,9 +159,10 @@ class TimeBuckets:
         """Double the bucket width: bucket ``a`` of the old width becomes bucket ``a // 2`` of the new one."""
         valid = np.flatnonzero(self.col_abs >= 0)
         new_cols = (self.col_abs[valid] // 2) % self.T
+        rows = self.rows
         for name, array in self.sums.items():
-            merged = np.zeros_like(array)
-            np.add.at(merged, (slice(None), new_cols), array[:, valid])  # type: ignore[arg-type]
+            merged = np.zeros(array.shape, array.dtype)  # (not zeros_like: it writes every page, reserved rows too)
+            np.add.at(merged[:rows], (slice(None), new_cols), array[:rows, valid])  # type: ignore[arg-type]
             self.sums[name] = merged
         for name in ("samples", "steps"):
             old = getattr(self, name)
@@ -166,7 +177,7 @@ class TimeBuckets:
         self.first_abs //= 2
         self.bucket_s *= 2
         for array in self.heat.values():
-            array[:] = np.nan
+            array[:rows] = np.nan
         for array in self.cluster.values():
             array[:] = np.nan
         self.dirty_cols.update(range(self.T))  # every column moved: the views redraw them all

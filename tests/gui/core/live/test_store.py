@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -127,6 +128,43 @@ def test_mirrored_agent_covers_many_ranks_and_late_ranks_grow_the_store() -> Non
     assert list(snap.drops[:8]) == [7] * 8 and list(snap.gaps[:8]) == [3] * 8
     assert snap.hosts[0] == "node0" and snap.hosts[-1] == "?"  # no hello from x*: host unknown, not invented
     assert snap.world_size >= 1032
+
+
+def _vm_rss_mb() -> float:
+    for line in open("/proc/self/status").read().splitlines():  # noqa: SIM115 (one read)
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_run_announcing_its_size_gets_room_at_once_that_costs_memory_only_as_ranks_come() -> None:
+    def fed(world_size: int) -> LiveStore:
+        store = LiveStore(buckets=8, bucket_s=0.1)  # 0.8 s of buckets: the run below merges them twice
+        for r in range(3):
+            store.on_batch(batch(f"a{r}", [dataclasses.replace(hello(f"a{r}", [r]), world_size=world_size)]), T0)
+        for k in range(30):
+            end = T0 + (k + 1) * 0.1
+            ranks = range(3) if k < 20 else range(6)  # three ranks join after the last merge (at step 16)
+            for r in ranks:
+                store.on_batch(batch(f"a{r}", [step(r, k, end, comm=0.001 * r)], seq=k + 1), end)
+            if k == 19:
+                store.snapshot(now_s=end)  # the columns so far are computed: the late ranks' rows must show NaN
+        return store
+
+    plain, announced = fed(world_size=4).snapshot(now_s=T0 + 4), fed(world_size=6_000).snapshot(now_s=T0 + 4)
+    for name in ("ranks", "heat_data_wait_share", "heat_comm_exposed_share", "current_step", "rank_steps",
+                 "bucket_start_s"):
+        np.testing.assert_array_equal(getattr(announced, name), getattr(plain, name), err_msg=name)
+    assert np.isnan(announced.heat_comm_exposed_share[3:, 0]).all()  # late ranks: nothing measured before they came
+    assert plain.bucket_s == announced.bucket_s == 0.4
+
+    before = _vm_rss_mb()
+    huge = LiveStore()
+    huge.on_batch(batch("a0", [dataclasses.replace(hello("a0", [0]), world_size=2**31 - 1)]), T0)
+    assert huge.snapshot(now_s=T0).ranks.tolist() == [0]
+    assert huge._cap == huge._max_ranks  # a bogus world size reserves the store's rank cap, no more
+    grew = _vm_rss_mb() - before
+    assert grew < 40, f"reserving 8 192 rows (~235 MB) took {grew:.0f} MB of memory before any rank used them"
 
 
 def test_gpu_host_and_no_gpu_state() -> None:
