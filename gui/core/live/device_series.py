@@ -41,9 +41,10 @@ _HOST_MIN_INTERVAL_S = 0.2  # many agents on one host each send its reading: kee
 BIN_SECONDS: Final[int] = gpu_summary.WINDOW_S + 2
 """Seconds of per-GPU utilization bins kept: the band's window and two more for readings that arrive late."""
 _NONE: Final[np.ndarray] = readonly(np.zeros(0))  # a many-GPU frame's series: identity and last reading only
-SESSION_GPU_READINGS: Final[int] = 1 << 20
-"""GPU readings in a live ``SessionData`` at most (what the live analysis reads every pass): up to ~1 700 GPUs all
-600 kept readings each, at 8 192 GPUs each one's newest 128 (a minute at 2 Hz, like the steps' 128 per rank)."""
+SESSION_GPU_READINGS: Final[int] = 1 << 19
+"""GPU readings in a live ``SessionData`` at most (what the live analysis reads every pass, ~50 MB as columns): up
+to ~870 GPUs all 600 kept readings each, at 8 192 GPUs each one's newest 64 (32 s at 2 Hz; the steps' budget,
+``store.SESSION_STEPS``, leaves a rank its newest 32 steps there)."""
 SESSION_GPU_READINGS_MIN: Final[int] = 16
 
 

@@ -68,6 +68,11 @@ MAX_RANKS: Final[int] = 8192
 """Ranks one store shows; records of further ranks are counted (``records_beyond_rank_cap``), not kept: a message
 naming 65 536 ranks must not cost the window gigabytes (each rank holds ~40 KB of history). The recording has
 them all."""
+SESSION_STEPS: Final[int] = 1 << 18
+"""Step rows ``to_session_data`` hands the live analysis at most (~45 MB as columns). Past it each rank gives its
+newest ``SESSION_STEPS // ranks`` steps (at least ``recent_window``): at 8 192 ranks 32 of the 128 it keeps, so an
+analysis pass copies a quarter of the ring under the collector's lock and sends ~40 MB to the window, not ~170 MB.
+Up to 2 048 ranks (at the default 128 steps) every kept step goes."""
 STRAGGLER_EVERY_S: Final[float] = 0.25
 """How often frames re-judge the straggler (between, a frame shows the last verdict); per 1 024 ranks past 1 024."""
 
@@ -251,11 +256,17 @@ class LiveStore:
             idx = np.arange(first, total) % size
             return self._end_ring[idx].copy(), total
 
-    def to_session_data(self) -> SessionData:
-        """What the store holds as a ``SessionData`` (recent steps only) for live cost and analysis."""
+    def to_session_data(self, budget: int = SESSION_STEPS) -> SessionData:
+        """What the store holds as a ``SessionData`` for live cost and analysis: each rank's recent steps, its newest
+        ``budget // ranks`` (at least ``recent_window``) when all of them would be more than ``budget`` rows."""
         with self._lock:  # copies only: the collector waits for this lock (8 192 ranks: ~20 ms, not seconds)
             n = self._rows
-            recent = {name: matrix[:n].copy() for name, matrix in self._recent.items()}
+            keep = min(self._R, max(self._K, budget // max(n, 1)))
+            if keep == self._R:
+                recent = {name: matrix[:n].copy() for name, matrix in self._recent.items()}
+            else:  # (a slot a rank has not filled yet holds step -1: recent_columns leaves it out)
+                recent = self._newest_locked(np.arange(n), keep, self._rank["count"][:n].astype(np.int64),
+                                             tuple(self._recent))
             rank_of_row = self._rank_arr[:n].copy()
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
             data = SessionData(agents=list(self._agents.values()), gpu=self._devices.gpu_columns(),
@@ -454,13 +465,10 @@ class LiveStore:
         order = np.argsort(self._rank_arr[:n], kind="stable")
         rows: Any = slice(0, n) if np.array_equal(order, np.arange(n)) else order  # arrival order is usually sorted
         count = self._rank["count"][rows].astype(np.int64)
-        back = np.arange(self._K)[None, :]
-        # one flat gather per field (row-major buffers): the same index serves all five, no per-rank loop
         row_ids = np.arange(n) if isinstance(rows, slice) else rows
-        flat = (row_ids[:, None] * self._R + (count[:, None] - 1 - back) % self._R).ravel()
-        valid = back < count[:, None]
-        recent = {name: self._recent[name].reshape(-1).take(flat).reshape(n, self._K)
-                  for name in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s", "first_batch")}
+        valid = np.arange(self._K)[None, :] < count[:, None]
+        recent = self._newest_locked(row_ids, self._K, count,
+                                     ("step_s", "data_wait_s", "compute_s", "comm_exposed_s", "first_batch"))
         split = buckets.split
         ranks = self._rank_arr[rows].copy()
         gpus, hosts = self._devices.frame()
@@ -486,6 +494,14 @@ class LiveStore:
         if self._hosts_cache is None or self._hosts_cache[0] != key:
             self._hosts_cache = (key, tuple(self._rank_hosts[i] for i in order.tolist()))
         return self._hosts_cache[1]
+
+    def _newest_locked(self, row_ids: np.ndarray, k: int, count: np.ndarray,
+                       names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """The newest ``k`` ring slots (newest first) of rows ``row_ids`` whose step counts are ``count``: one flat
+        gather per field over the row-major rings, the same index for all of them, no per-rank loop."""
+        back = np.arange(k)[None, :]
+        flat = (row_ids[:, None] * self._R + (count[:, None] - 1 - back) % self._R).ravel()
+        return {name: self._recent[name].reshape(-1).take(flat).reshape(row_ids.size, k) for name in names}
 
     def _losses_locked(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self._loss_cache is not None and self._loss_cache[0] == self._loss_version:

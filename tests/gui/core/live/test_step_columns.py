@@ -66,6 +66,26 @@ def test_to_session_data_holds_recent_steps_and_samples() -> None:
     assert math.isnan(data.steps["loss"][0])
 
 
+def test_past_the_budget_each_rank_hands_the_analysis_its_newest_steps() -> None:
+    store = LiveStore(recent_steps=32, recent_window=4)
+    feed_cluster(store, 4, 50)  # ranks 0-3: 50 steps each, of which the ring keeps the last 32
+    late = Hello("run", "late", "h", 1, 9, 0, 5, 0, [9], "pytorch", "ddp", None, [], "0.1.0", "1.1", T0, 0.0, T0)
+    store.on_batch(batch("late", [late]), T0)
+    store.on_batch(batch("late", [Step(9, k, T0, T0 + 0.1 * (k + 1), 0.1, 0.01, 0.05, 0.03, 0.02, 32, None, None,
+                                       None, k == 0) for k in range(3)], seq=1), T0)
+    whole = store.to_session_data()
+    assert len(whole.steps["step"]) == 4 * 32 + 3  # within the budget: every kept step
+    cut = store.to_session_data(budget=5 * 10)  # 5 ranks: 10 steps each at most
+    for rank in (0, 1, 2, 3, 9):
+        kept = whole.steps_of(rank)
+        got = cut.steps_of(rank)
+        for name, column in kept.items():
+            np.testing.assert_array_equal(got[name], column[-10:], err_msg=f"rank {rank}: {name}")
+    assert list(cut.steps_of(0)["step"]) == list(range(40, 50))
+    assert list(cut.steps_of(9)["step"]) == [0, 1, 2]  # fewer steps than its share: all of them, no empty slot
+    assert len(store.to_session_data(budget=1).steps["step"]) == 4 * 4 + 3  # never below recent_window a rank
+
+
 def test_only_ranks_with_a_row_or_room_for_one_fit() -> None:
     ranks = np.array([5, 1, 7, 1, 9])
     assert fitting_ranks(ranks, {1}, room=1).tolist() == [True, True, False, True, False]
