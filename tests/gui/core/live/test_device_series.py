@@ -18,6 +18,7 @@ from ringscope.agent.schema import GpuSample, GpuStatus, HostSample
 from ringscope.gui.core.live.device_series import DeviceSeries
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.core.session_data import empty_columns
+from tests.gui.core.live.test_store import _vm_rss_mb
 
 T0 = 1_700_000_000.0
 
@@ -88,6 +89,38 @@ def test_session_columns_hold_every_gpus_newest_readings_and_within_the_budget_i
     assert len(columns["ts_s"]) == 200
     assert list(columns["util_pct"][:50]) == [float(i) for i in range(50, 100)]
     assert list(columns["gpu_index"][150:]) == [3.0] * 50
+
+
+def test_gpus_that_appear_while_others_fill_and_wrap_their_rings_keep_every_reading_through_each_growth() -> None:
+    size = 4
+    devices = DeviceSeries(series_len=size)
+    taken: dict[int, list[float]] = {}
+    for k in range(40):  # a new GPU every second reading (the matrices double at 8, 16, 32 GPUs), old ones go on
+        for index in range(k // 2 + 1):
+            value = 1000.0 * index + k
+            devices.take_gpu(GpuSample(T0 + k, "h", index, util_pct=value, mem_used_bytes=int(value)))
+            taken.setdefault(index, []).append(value)
+    gpus, _ = devices.frame()
+    assert len(gpus) == 20  # (past 8 GPUs a frame's series carry the last reading only: the columns hold them all)
+    assert [g.util_pct.size for g in gpus] == [0] * 20 and gpus[3].latest.util_pct == 3000.0 + 39
+    columns = devices.gpu_columns()
+    for index, values in taken.items():
+        newest = values[-size:]
+        mine = columns["gpu_index"] == index
+        assert list(columns["util_pct"][mine]) == newest == list(columns["mem_used_bytes"][mine])
+
+
+def test_the_first_readings_of_thousands_of_gpus_map_only_the_slots_they_write() -> None:
+    # 8 192 GPUs x 600 readings x 3 figures are ~118 MB of rings; one reading each may cost ~0.2 MB of them. GPU
+    # rows filled with NaN as they came mapped all of it (137 MB measured: ~0.9 s of page faults on this project's
+    # VMs, while thousands of GPUs reported for the first time).
+    devices = DeviceSeries(series_len=600)
+    before = _vm_rss_mb()
+    for gpu in range(8192):
+        devices.take_gpu(GpuSample(T0, f"h{gpu // 8}", gpu % 8, util_pct=50.0, mem_used_bytes=1 << 30))
+    grew = _vm_rss_mb() - before
+    assert devices.gpu_columns()["util_pct"].tolist() == [50.0] * 8192
+    assert grew < 40, f"8 192 GPUs' first readings mapped {grew:.0f} MB"
 
 
 def test_host_without_gpu() -> None:
