@@ -1,7 +1,8 @@
 """The device half of the live store: per-GPU and per-host reading rings, and the frame series built from them.
 
 What it owns: every GPU's readings as columns of (``series_len`` x GPUs) ring matrices (a column per ``(host,
-gpu_index)``, in first-seen order; slot-major, so the first readings of thousands of GPUs map pages gradually), each GPU's utilization binned per second (a (``BIN_SECONDS`` x GPUs) ring, for
+gpu_index)``, in first-seen order; slot-major, so the first readings of thousands of GPUs map pages gradually),
+each GPU's utilization binned per second (a (``BIN_SECONDS`` x GPUs) ring, for
 the many-GPU band), one ring per host, the copy-on-change caches that turn them into the immutable ``GpuSeries`` /
 ``HostState`` tuples and the ``GpuSummary`` of a ``Snapshot``, and their ``SessionData`` columns. ``LiveStore``
 (``ringscope.gui.core.live.store``) owns one ``DeviceSeries`` and is its only caller.
