@@ -3,8 +3,9 @@ reopened session, a restarted ingest process), and the rings' recent steps expor
 cost and analysis).
 
 What it owns: the layout of a rank's ring of recent steps (``RECENT_FIELDS`` plus ``step``, ``end_s`` and
-``first_batch``, ``recent_steps`` slots per rank, slot = step count modulo the ring size) as far as loading and
-exporting need it, and the health records as columns.
+``first_batch``, ``recent_steps`` slots per rank, slot = step count modulo the ring size; the store keeps them
+slot-major, ``recent_steps`` x rank rows) as far as loading and exporting need it, and the health records as
+columns.
 
 Locking: no lock of its own; everything here is called with the owning ``LiveStore``'s ``_lock`` held.
 
@@ -28,7 +29,7 @@ RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_ex
 def load_recent(recent: dict[str, np.ndarray], rank: dict[str, np.ndarray], rows: np.ndarray, cols: Columns) -> None:
     """Each rank row's last steps of ``cols`` (the recorded steps, rows ``rows``) into its ring, in step order, as
     taking them one by one would; its step count, samples and current step follow."""
-    size_r = recent["step"].shape[1]
+    size_r = recent["step"].shape[0]  # slot-major: slots x rank rows
     order = np.lexsort((cols["step"], rows))
     rows_sorted = rows[order]
     starts = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
@@ -38,11 +39,11 @@ def load_recent(recent: dict[str, np.ndarray], rank: dict[str, np.ndarray], rows
         before = int(rank["count"][row])
         take = order[start + max(0, size - size_r): start + size]
         slots = (before + max(0, size - size_r) + np.arange(take.size)) % size_r
-        recent["step"][row, slots] = cols["step"][take].astype(np.int64)
-        recent["end_s"][row, slots] = cols["end_s"][take]
-        recent["first_batch"][row, slots] = np.nan_to_num(cols["first_batch"][take].astype(np.float64)) > 0
+        recent["step"][slots, row] = cols["step"][take].astype(np.int64)
+        recent["end_s"][slots, row] = cols["end_s"][take]
+        recent["first_batch"][slots, row] = np.nan_to_num(cols["first_batch"][take].astype(np.float64)) > 0
         for name in RECENT_FIELDS:
-            recent[name][row, slots] = cols[name][take].astype(np.float64)
+            recent[name][slots, row] = cols[name][take].astype(np.float64)
         rank["count"][row] = before + size
         samples = cols["samples"][order[start:start + size]].astype(np.float64)
         if not np.isnan(samples).all():
@@ -59,7 +60,8 @@ def fitting_ranks(ranks: np.ndarray, known: Collection[int], room: int) -> np.nd
 
 
 def recent_columns(rank_of_row: np.ndarray, recent: dict[str, np.ndarray], n: int) -> Columns:
-    """The recent steps of the first ``n`` rank rows as step columns, sorted by rank and step."""
+    """The recent steps of the first ``n`` rank rows as step columns, sorted by rank and step. ``recent``: each
+    field as (rank rows x slots), step -1 in a slot that holds no step."""
     if n == 0:
         return empty_columns("step")
     filled = recent["step"][:n] >= 0

@@ -262,16 +262,14 @@ class LiveStore:
         with self._lock:  # copies only: the collector waits for this lock (8 192 ranks: ~20 ms, not seconds)
             n = self._rows
             keep = min(self._R, max(self._K, budget // max(n, 1)))
-            if keep == self._R:
-                recent = {name: matrix[:n].copy() for name, matrix in self._recent.items()}
-            else:  # (a slot a rank has not filled yet holds step -1: recent_columns leaves it out)
-                recent = self._newest_locked(np.arange(n), keep, self._rank["count"][:n].astype(np.int64),
-                                             tuple(self._recent))
+            count = self._rank["count"][:n].astype(np.int64)
+            recent = self._newest_locked(np.arange(n), keep, count, tuple(self._recent))
             rank_of_row = self._rank_arr[:n].copy()
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
             data = SessionData(agents=list(self._agents.values()), gpu=self._devices.gpu_columns(),
                                host=self._devices.host_columns(), health=health_columns(list(self._health.values())),
                                events=list(self._events), counters=counters, source="live")
+        recent["step"][np.arange(keep)[None, :] >= count[:, None]] = -1  # slots a rank has not filled yet
         data.steps = recent_columns(rank_of_row, recent, n)
         return data
 
@@ -385,12 +383,12 @@ class LiveStore:
             before = float(samples[row])
             samples[row] = (before if before == before else 0.0) + s.samples  # NaN != NaN; np.nan_to_num: ~20 µs
         recent = self._recent
-        recent["step"][row, slot] = s.step
-        recent["end_s"][row, slot] = s.end_s
-        recent["first_batch"][row, slot] = s.first_batch
+        recent["step"][slot, row] = s.step
+        recent["end_s"][slot, row] = s.end_s
+        recent["first_batch"][slot, row] = s.first_batch
         for name in RECENT_FIELDS:
             value = getattr(s, name)
-            recent[name][row, slot] = np.nan if value is None else value
+            recent[name][slot, row] = np.nan if value is None else value
         self._end_ring[self._steps_total % self._end_ring.size] = s.end_s
         self._steps_total += 1
         if not s.end_s <= self._latest_end_s:
@@ -419,8 +417,6 @@ class LiveStore:
             row = self._rows
             self._rows += 1
             self._row_of[rank] = row
-            for name, recent in self._recent.items():  # reserved rows hold nothing yet: the row's "no step"
-                recent[row] = -1 if name == "step" else (False if name == "first_batch" else np.nan)
             self._buckets.use(self._rows)
             self._rank_arr[row] = rank
             self._rank["last_seen_s"][row] = time.time()
@@ -429,25 +425,30 @@ class LiveStore:
 
     def _grow(self, cap: int) -> None:
         """Room for ``cap`` rank rows. The large per-row arrays (recent steps, time buckets) are only reserved:
-        zeroed memory that the kernel maps when a row is first written (``_row`` sets a new row's "nothing yet"),
-        so growing costs a copy of the rows in use, and a hello can size the store for its whole announced run."""
+        zeroed memory that the kernel maps when first written, so growing costs a copy of what is in use, and a hello
+        can size the store for its whole announced run. The recent-step rings are slot-major (slot k of every rank
+        contiguous; a slot past a rank's ``count`` holds nothing and is never read): the first steps of 8 192 ranks
+        map one slot's pages, not all 84 MB of rings as rank-major rows did."""
         def grown(array: np.ndarray, fill: float) -> np.ndarray:
             out = np.full((cap, *array.shape[1:]), fill, dtype=array.dtype)
             out[: array.shape[0]] = array
             return out
 
-        def reserved(array: np.ndarray) -> np.ndarray:
-            out = np.zeros((cap, *array.shape[1:]), dtype=array.dtype)
-            out[: self._rows] = array[: self._rows]
+        rows = self._rows
+        slots = min(self._R, int(self._rank["count"][:rows].max())) if rows else 0  # slots any rank has filled
+
+        def reserved(array: np.ndarray) -> np.ndarray:  # slot-major
+            out = np.zeros((self._R, cap), dtype=array.dtype)
+            out[:slots, :rows] = array[:slots, :rows]
             return out
 
         if self._cap == 0:
             self._rank = {name: np.full(0, np.nan) for name in ("last_seen_s", "current_step", "finished", "count",
                                                                  "samples")}
-            self._recent = {name: np.full((0, self._R), np.nan, np.float32) for name in RECENT_FIELDS}
-            self._recent["step"] = np.full((0, self._R), -1, np.int64)
-            self._recent["end_s"] = np.full((0, self._R), np.nan)
-            self._recent["first_batch"] = np.zeros((0, self._R), bool)
+            self._recent = {name: np.zeros((self._R, 0), np.float32) for name in RECENT_FIELDS}
+            self._recent["step"] = np.zeros((self._R, 0), np.int64)
+            self._recent["end_s"] = np.zeros((self._R, 0))
+            self._recent["first_batch"] = np.zeros((self._R, 0), bool)
         self._rank_arr = grown(self._rank_arr, 0)
         self._rank = {name: grown(a, 0.0 if name in ("finished", "count") else np.nan) for name, a in
                       self._rank.items()}
@@ -497,10 +498,11 @@ class LiveStore:
 
     def _newest_locked(self, row_ids: np.ndarray, k: int, count: np.ndarray,
                        names: tuple[str, ...]) -> dict[str, np.ndarray]:
-        """The newest ``k`` ring slots (newest first) of rows ``row_ids`` whose step counts are ``count``: one flat
-        gather per field over the row-major rings, the same index for all of them, no per-rank loop."""
+        """The newest ``k`` ring slots (newest first) of rows ``row_ids`` whose step counts are ``count``, as (rows x
+        ``k``) arrays: one flat gather per field over the slot-major rings, the same index for all of them, no
+        per-rank loop. Slots past a row's count hold nothing meaningful: the caller masks them."""
         back = np.arange(k)[None, :]
-        flat = (row_ids[:, None] * self._R + (count[:, None] - 1 - back) % self._R).ravel()
+        flat = (((count[:, None] - 1 - back) % self._R) * self._cap + row_ids[:, None]).ravel()
         return {name: self._recent[name].reshape(-1).take(flat).reshape(row_ids.size, k) for name in names}
 
     def _losses_locked(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
