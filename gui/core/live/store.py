@@ -479,7 +479,8 @@ class LiveStore:
             # rows may be a slice: copy, or the frame's arrays would keep changing under the views
             "last_seen_s": self._rank["last_seen_s"][rows].copy(), "finished": self._rank["finished"][rows].copy(),
             "current_step": self._rank["current_step"][rows].copy(), "recent": recent, "valid": valid,
-            "heat": {name: self._heat_pool.copy(name, heat, rows, n, split) for name, heat in buckets.heat.items()},
+            "heat": {name: self._heat_pool.copy(name, heat, rows, n, split, buckets.col_stamp)
+                     for name, heat in buckets.heat.items()},
             **buckets.frame(), "drops": drops, "gaps": gaps,
             "hellos": list(self._agents.values()), "gpus": gpus, "hosts_state": hosts,
             "sec_abs": self._sec_abs.copy(), "sec_msgs": self._sec_msgs.copy(),

@@ -66,3 +66,29 @@ def test_ranks_joining_out_of_order_get_the_same_frame_as_ranks_in_order() -> No
     for name in ("heat_data_wait_share", "heat_comm_exposed_share"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     assert np.isfinite(a.heat_comm_exposed_share).sum() > 8 * 10
+
+
+def test_a_recycled_copy_refilled_column_by_column_equals_a_whole_copy() -> None:
+    # Buffers come back at different ages (some snapshots are held longer), ranks join out of order mid-run, steps
+    # land in the last three buckets (late ones too, so a refill has several columns to copy), the ring rotates
+    # every 4 frames and merges twice: after each frame, the refill must equal a whole copy of the store's heat rows
+    # in rank order, oldest bucket first.
+    store = LiveStore(bucket_s=1.0, buckets=20)
+    held = []
+    ranks = [5, 2, 7, 0]
+    for k in range(200):
+        if k == 60:
+            ranks += [6, 1, 4, 3]
+        now = T0 + 0.25 * k
+        for late in range(3):
+            _steps(store, [r for r in ranks if r % 3 == late], now - late, k)
+        snap = store.snapshot(now_s=now + 0.01)
+        buckets = store._buckets
+        order = np.argsort(store._rank_arr[:len(ranks)], kind="stable")
+        for name, field in (("data_wait_s", "heat_data_wait_share"), ("comm_exposed_s", "heat_comm_exposed_share")):
+            expected = oldest_first(buckets.heat[name][order], buckets.split)
+            np.testing.assert_array_equal(getattr(snap, field), expected, err_msg=f"frame {k}: {field}")
+        if k % 3 == 0:
+            held.append(snap)  # kept: its buffers are not reused while the others' are
+        held = held[-3:]
+    assert store.bucket_s == 4.0  # the run merged its buckets twice
