@@ -149,6 +149,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._runs_hosts: tuple[str, ...] | None = None
         self._x = np.zeros(0)
         self._shares = np.zeros((0, 0), np.float32)  # the snapshot's ranks x buckets shares (0..1), not copied
+        self._recent_of: np.ndarray | None = None  # the shares ``_recent`` (each rank's recent mean, %) is from
+        self._recent = np.zeros(0)
         # Per-bucket results of the last heatmap, by the bucket's stamp (it changes whenever the column does): a
         # frame recomputes only the columns that changed (~1 of 300), not 300 k cells.
         self._cols = _HeatColumns()
@@ -223,10 +225,13 @@ class QtRankTimeline(QtWidgets.QWidget):
         """(rank, share %) of the highest (or lowest) ranks over the last buckets, as the list shows them."""
         if self._snap is None or self._shares.size == 0:
             return []
-        window = 100.0 * self._shares[:, -RECENT_BUCKETS:].astype(np.float64)
-        counts = np.sum(np.isfinite(window), axis=1)
-        with np.errstate(all="ignore"):
-            recent = np.where(counts > 0, np.nansum(window, axis=1) / counts, np.nan)
+        if self._recent_of is not self._shares:  # both lists of a frame from one pass over the matrix
+            window = 100.0 * self._shares[:, -RECENT_BUCKETS:].astype(np.float64)
+            counts = np.sum(np.isfinite(window), axis=1)
+            with np.errstate(all="ignore"):
+                self._recent = np.where(counts > 0, np.nansum(window, axis=1) / counts, np.nan)
+            self._recent_of = self._shares
+        recent = self._recent
         has = np.flatnonzero(np.isfinite(recent))  # ranks without data are not "the lowest"
         key = recent[has] if lowest else -recent[has]
         order = has[np.argsort(key, kind="stable")[:TOP_N // 2 if lowest else TOP_N]]
