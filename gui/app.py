@@ -26,7 +26,7 @@ from ringscope.gui.core.analysis.runs import launch_outcome
 from ringscope.gui.core.ingest.collector import CollectorError
 from ringscope.gui.core.ingest.session_reader import load as load_session
 from ringscope.gui.core.launch import Launcher, connect_endpoint, remote_endpoint
-from ringscope.gui.core.live.live_analysis import LiveAnalyzer
+from ringscope.gui.core.live.live_analysis import LIVE_GPU_READINGS, LIVE_LEAST, LIVE_STEPS, LiveAnalyzer
 from ringscope.gui.core.live.runs import LiveRuns
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.core.service.process import IngestError, IngestProcess
@@ -137,7 +137,7 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
                         remote_endpoint=remote_endpoint(collector.endpoint))
     window_ref: list[QtMainWindow] = []
     session_source = _session_source(recorder)
-    analyzer = LiveAnalyzer(session_source or (lambda: window_ref[0].store.to_session_data()),
+    analyzer = LiveAnalyzer(session_source or _live_source(window_ref),
                             _price_reader(window_ref, prefs), priced_until=runs.priced_until)
     ingest.price = _price_reader(window_ref, prefs)
 
@@ -184,7 +184,7 @@ def build_viewer(path: str | Path | None = None, *, runs: LiveRuns | None = None
     window_ref: list[QtMainWindow] = []
     loaded = data
     source = (lambda: loaded) if loaded is not None else None
-    analyzer = LiveAnalyzer(source or (lambda: window_ref[0].store.to_session_data()),
+    analyzer = LiveAnalyzer(source or _live_source(window_ref),
                             _price_reader(window_ref, prefs), priced_until=runs.priced_until)
     label = str(path) if path is not None else "recorded session"
     window = QtMainWindow(runs, preferences=prefs, cost_panel=QtCostPanel(), analyzer=analyzer,
@@ -313,6 +313,12 @@ def _session_source(recorder: RemoteRecorder | None) -> Callable[[], SessionData
         return None
     path = recorder.path
     return lambda: load_session(path)
+
+
+def _live_source(window_ref: list[QtMainWindow]) -> Callable[[], SessionData]:
+    """Without a recording, what the live analysis reads: the shown run's live store, within the analysis's
+    budgets (its newest steps and GPU readings; a report or export of the run asks for the store's own)."""
+    return lambda: window_ref[0].store.to_session_data(LIVE_STEPS, LIVE_GPU_READINGS, LIVE_LEAST)
 
 
 def _price_reader(window_ref: list[QtMainWindow], prefs: Preferences) -> Callable[[], float | None]:

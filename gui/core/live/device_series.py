@@ -298,10 +298,10 @@ class DeviceSeries:
             self._gpu_order = [row for _, row in sorted(self._row.items())]
         return self._gpu_order
 
-    def gpu_columns(self, budget: int = SESSION_GPU_READINGS) -> Columns:
+    def gpu_columns(self, budget: int = SESSION_GPU_READINGS, least: int = SESSION_GPU_READINGS_MIN) -> Columns:
         """The kept GPU readings as ``SessionData.gpu`` columns (GPUs in first-seen order, each oldest first): all of
-        them, or with more than ``budget`` in all each GPU's newest ``budget // GPUs`` (at least
-        ``SESSION_GPU_READINGS_MIN``). One gather over the ring matrices, ~1 ms per 30 000 readings."""
+        them, or with more than ``budget`` in all each GPU's newest ``budget // GPUs`` (at least ``least``). One
+        gather over the ring matrices, ~1 ms per 30 000 readings."""
         rings = self._gpus
         out = empty_columns("gpu")
         rows, size = rings.rows, rings.size
@@ -310,7 +310,7 @@ class DeviceSeries:
         count = np.asarray(rings.count, np.int64)
         keep = np.minimum(count, size)
         if int(keep.sum()) > budget:
-            keep = np.minimum(keep, max(SESSION_GPU_READINGS_MIN, budget // rows))
+            keep = np.minimum(keep, max(least, budget // rows))
         offsets = np.arange(int(keep.max()))
         taken = offsets[None, :] < keep[:, None]
         # each row's last ``keep`` readings, oldest first: ring slots (count - keep + offset) % size

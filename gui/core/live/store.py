@@ -34,7 +34,7 @@ import numpy as np
 from ringscope.agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from ringscope.agent.wire import Batch
 from ringscope.gui.core.ingest.sink import Gap, Rejection
-from ringscope.gui.core.live.device_series import DeviceSeries
+from ringscope.gui.core.live.device_series import SESSION_GPU_READINGS, SESSION_GPU_READINGS_MIN, DeviceSeries
 from ringscope.gui.core.live.heat_pool import HeatPool
 from ringscope.gui.core.live.snapshot import (
     PHASES,
@@ -256,17 +256,21 @@ class LiveStore:
             idx = np.arange(first, total) % size
             return self._end_ring[idx].copy(), total
 
-    def to_session_data(self, budget: int = SESSION_STEPS) -> SessionData:
+    def to_session_data(self, budget: int = SESSION_STEPS, gpu_budget: int = SESSION_GPU_READINGS,
+                        least: int | None = None) -> SessionData:
         """What the store holds as a ``SessionData`` for live cost and analysis: each rank's recent steps, its newest
-        ``budget // ranks`` (at least ``recent_window``) when all of them would be more than ``budget`` rows."""
+        ``budget // ranks`` when all of them would be more than ``budget`` rows; each GPU's readings likewise within
+        ``gpu_budget`` (``DeviceSeries.gpu_columns``). ``least``: what each rank and GPU gives at least (default:
+        ``recent_window`` steps, ``SESSION_GPU_READINGS_MIN`` readings)."""
         with self._lock:  # copies only: the collector waits for this lock (8 192 ranks: ~20 ms, not seconds)
             n = self._rows
-            keep = min(self._R, max(self._K, budget // max(n, 1)))
+            keep = min(self._R, max(self._K if least is None else least, budget // max(n, 1)))
             count = self._rank["count"][:n].astype(np.int64)
             recent = self._newest_locked(np.arange(n), keep, count, tuple(self._recent))
             rank_of_row = self._rank_arr[:n].copy()
             counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
-            data = SessionData(agents=list(self._agents.values()), gpu=self._devices.gpu_columns(),
+            gpu = self._devices.gpu_columns(gpu_budget, SESSION_GPU_READINGS_MIN if least is None else least)
+            data = SessionData(agents=list(self._agents.values()), gpu=gpu,
                                host=self._devices.host_columns(), health=health_columns(list(self._health.values())),
                                events=list(self._events), counters=counters, source="live")
         recent["step"][np.arange(keep)[None, :] >= count[:, None]] = -1  # slots a rank has not filled yet

@@ -130,10 +130,11 @@ class RemoteStore(_StandIn):
         channel = self._process.frames
         return channel.snapshot.version if channel is not None and channel.snapshot is not None else -1
 
-    def to_session_data(self) -> SessionData:
-        """The run's recent steps, devices and events (from the ingest process; empty when it is gone)."""
+    def to_session_data(self, *budgets: int) -> SessionData:
+        """The run's recent steps, devices and events (from the ingest process; empty when it is gone); ``budgets``:
+        ``LiveStore.to_session_data``'s step and GPU-reading budgets."""
         try:
-            data: SessionData = self._process.call("store", "to_session_data", self.run_id)
+            data: SessionData = self._process.call("store", "to_session_data", self.run_id, *budgets)
         except IngestError as exc:
             log.debug("%s", exc)
             return SessionData()

@@ -89,6 +89,8 @@ def test_session_columns_hold_every_gpus_newest_readings_and_within_the_budget_i
     assert len(columns["ts_s"]) == 200
     assert list(columns["util_pct"][:50]) == [float(i) for i in range(50, 100)]
     assert list(columns["gpu_index"][150:]) == [3.0] * 50
+    fewest = tight.gpu_columns(budget=1, least=3)  # a floor of one's own: each GPU's newest 3
+    assert list(fewest["util_pct"]) == [97.0, 98.0, 99.0] * 4 and list(fewest["gpu_index"][-3:]) == [3.0] * 3
 
 
 def test_gpus_that_appear_while_others_fill_and_wrap_their_rings_keep_every_reading_through_each_growth() -> None:

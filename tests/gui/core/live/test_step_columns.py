@@ -84,6 +84,9 @@ def test_past_the_budget_each_rank_hands_the_analysis_its_newest_steps() -> None
     assert list(cut.steps_of(0)["step"]) == list(range(40, 50))
     assert list(cut.steps_of(9)["step"]) == [0, 1, 2]  # fewer steps than its share: all of them, no empty slot
     assert len(store.to_session_data(budget=1).steps["step"]) == 4 * 4 + 3  # never below recent_window a rank
+    light = store.to_session_data(budget=1, least=2)  # the live analysis's own floor, below recent_window
+    assert [list(light.steps_of(rank)["step"]) for rank in (0, 9)] == [[48, 49], [1, 2]]
+    assert len(light.steps["step"]) == 5 * 2
 
 
 def test_only_ranks_with_a_row_or_room_for_one_fit() -> None:
