@@ -78,7 +78,14 @@ def _measure_in_new_process(ranks: int, seconds: float, rate: float) -> list[dic
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"gui benchmark run failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-    return json.loads(lines[-1])
+    rows: list[dict] = json.loads(lines[-1])
+    # the window's and the ingest process's stderr (the ingest process inherits it): any traceback is a defect
+    tracebacks = [part.strip().splitlines()[-1] for part in done.stderr.split("Traceback (most recent call last)")[1:]
+                  if part.strip()]
+    rows.append({"benchmark": "gui", "metric": "exceptions", "value": float(len(tracebacks)), "unit": "tracebacks",
+                 "note": "in the window's and the ingest process's output (target 0)"
+                 + (f"; the last: {tracebacks[-1][:200]}" if tracebacks else "")})
+    return rows
 
 
 def _measure(ranks: int, seconds: float, rate: float = 10.0) -> list[dict]:
