@@ -137,7 +137,9 @@ def build_window(*, bind: str | None = None, record_to: str | Path | None = None
                         remote_endpoint=remote_endpoint(collector.endpoint))
     window_ref: list[QtMainWindow] = []
     session_source = _session_source(recorder)
-    analyzer = LiveAnalyzer(session_source or _live_source(window_ref),
+    # the shown run's live store, also while recording: its phase totals price every step's waiting, and a pass
+    # reads a bounded part of it (reading the recording made each pass, and the window, grow with the run)
+    analyzer = LiveAnalyzer(_live_source(window_ref),
                             _price_reader(window_ref, prefs), priced_until=runs.priced_until)
     ingest.price = _price_reader(window_ref, prefs)
 
@@ -316,8 +318,9 @@ def _session_source(recorder: RemoteRecorder | None) -> Callable[[], SessionData
 
 
 def _live_source(window_ref: list[QtMainWindow]) -> Callable[[], SessionData]:
-    """Without a recording, what the live analysis reads: the shown run's live store, within the analysis's
-    budgets (its newest steps and GPU readings; a report or export of the run asks for the store's own)."""
+    """What the live analysis reads: the shown run's live store, within the analysis's budgets (its newest steps
+    and GPU readings, and every step's phase totals; an export of the run reads the recording, or the store's
+    own budget without one)."""
     return lambda: window_ref[0].store.to_session_data(LIVE_STEPS, LIVE_GPU_READINGS, LIVE_LEAST)
 
 

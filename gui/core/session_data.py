@@ -69,6 +69,9 @@ class SessionData:
         event_agents: the agent id that sent each of ``events`` (same order; "" where the source does not know).
         counters: ingest counters of the session (messages, rejected by reason, gaps...) as a plain dict.
         source: a file path, or "live".
+        phase_totals: seconds of each phase (``analysis.summary.phase_seconds``' keys) summed over every step the
+            source took, also those its ``steps`` no longer hold (a live store keeps each rank's recent steps only);
+            None: ``steps`` are all of them.
     """
 
     agents: list[Hello] = field(default_factory=list)
@@ -80,6 +83,7 @@ class SessionData:
     event_agents: list[str] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
     source: str = "live"
+    phase_totals: dict[str, float] | None = None
 
     @property
     def ranks(self) -> list[int]:

@@ -88,10 +88,12 @@ def estimate_cost(analysis: SessionAnalysis, session: SessionData, price_per_gpu
         analysis.start_s
     duration_s = max(0.0, end_s - start_s)
     device_hours = devices * duration_s / 3600.0
-    phases = phase_seconds(session.steps)
     # Each rank is one device: its idle seconds are that device's idle seconds. Warm-up steps count here (the
-    # money is spent), unlike in the steady-state shares.
-    waste_hours = {cause: float(phases[phase].sum()) / 3600.0 for cause, phase in PHASE_OF_CAUSE.items()}
+    # money is spent), unlike in the steady-state shares. Every step's: a live store's running totals where its
+    # columns hold the recent steps only.
+    totals = session.phase_totals if session.phase_totals is not None else \
+        {phase: float(seconds.sum()) for phase, seconds in phase_seconds(session.steps).items()}
+    waste_hours = {cause: totals[phase] / 3600.0 for cause, phase in PHASE_OF_CAUSE.items()}
     if unit == "GPU-hours" and devices > len(analysis.ranks) > 0:
         scale = devices / len(analysis.ranks)  # several GPUs per rank (model parallel inside): all of them wait
         waste_hours = {k: v * scale for k, v in waste_hours.items()}

@@ -64,7 +64,8 @@ class Transit:
 
 
 class TransitTracker:
-    """Per agent ``Transit``, fed on the recorder's writer thread; rows for the ``transit`` table."""
+    """Per agent ``Transit``: fed on the recorder's writer thread (rows for the ``transit`` table) and by each live
+    store (its run's agents, for the live network analysis)."""
 
     def __init__(self) -> None:
         self._agents: dict[str, Transit] = {}
@@ -79,6 +80,10 @@ class TransitTracker:
         if transit is None:
             transit = self._agents[agent_id] = Transit()
         transit.observe(sent_s, recv_s)
+
+    def snapshot(self) -> dict[str, Transit]:
+        """Copies of every agent's figures (``SessionData.counters["transit"]``, what the network analysis reads)."""
+        return {agent_id: Transit(t.messages, t.min_transit_s, list(t.counts)) for agent_id, t in self._agents.items()}
 
     def rows(self, agent_ids: set[str]) -> list[tuple[str, int, float, str]]:
         """``transit`` rows (INSERT OR REPLACE) of the agents heard from since the last write."""

@@ -1,9 +1,12 @@
 """Whole-session analysis and cost while a training runs, computed off the GUI thread.
 
 The live store keeps only recent steps (enough for charts), but cost so far, waste by cause and work at risk are
-whole-session figures. ``LiveAnalyzer`` re-reads the whole session from a source (the recorder's SQLite file, which
-is readable while being written; or the live store when nothing is recorded) on its own thread, runs
-``analyze`` + ``estimate_cost``, and keeps the latest result for the GUI timer to pick up.
+whole-session figures. ``LiveAnalyzer`` reads a source on its own thread, runs ``analyze`` + ``estimate_cost``, and
+keeps the latest result for the GUI timer to pick up. The window's source is the shown run's live store within
+``LIVE_STEPS`` / ``LIVE_GPU_READINGS``: the duration and the devices come from the agents, the waiting from the
+store's running phase totals (``SessionData.phase_totals``: every step, also those it no longer holds), the
+findings from the recent steps. Bounded whatever the run's length; a source that re-reads a recording grows with it
+(a viewer's is loaded once).
 
 It never touches Qt, never blocks the caller, and never raises: a failed pass is logged and the previous result
 stays. Its period stretches with the size of the session (at least ``PERIOD_FACTOR`` x the last pass), so a long

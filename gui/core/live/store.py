@@ -33,7 +33,9 @@ import numpy as np
 
 from ringscope.agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from ringscope.agent.wire import Batch
+from ringscope.gui.core.analysis.summary import OTHER_RESOLUTION_S, phase_seconds
 from ringscope.gui.core.ingest.sink import Gap, Rejection
+from ringscope.gui.core.ingest.transit import TransitTracker
 from ringscope.gui.core.live.device_series import SESSION_GPU_READINGS, SESSION_GPU_READINGS_MIN, DeviceSeries
 from ringscope.gui.core.live.heat_pool import HeatPool
 from ringscope.gui.core.live.snapshot import (
@@ -73,6 +75,8 @@ SESSION_STEPS: Final[int] = 1 << 18
 newest ``SESSION_STEPS // ranks`` steps (at least ``recent_window``): at 8 192 ranks 32 of the 128 it keeps, so an
 analysis pass copies a quarter of the ring under the collector's lock and sends ~40 MB to the window, not ~170 MB.
 Up to 2 048 ranks (at the default 128 steps) every kept step goes."""
+PHASE_TOTALS: Final[tuple[str, ...]] = ("data_wait", "compute", "comm_exposed", "other", "unmeasured")
+"""The phases ``SessionData.phase_totals`` sums (``phase_seconds``' keys)."""
 STRAGGLER_EVERY_S: Final[float] = 0.25
 """How often frames re-judge the straggler (between, a frame shows the last verdict); per 1 024 ranks past 1 024."""
 
@@ -141,6 +145,9 @@ class LiveStore:
         self._steps_total = 0
         self._latest_end_s = math.nan
         self._end_ring = np.full(1 << 16, np.nan)  # end_s of ingested steps, for latency measurements
+        # every step's phase seconds summed, also those the rings no longer hold: what the run's waiting cost
+        self._phase_totals = dict.fromkeys(PHASE_TOTALS, 0.0)
+        self._transit = TransitTracker()  # how long each agent's messages queued: the live network analysis's evidence
 
     # ---- Public API: IngestSink (collector thread) ---------------------------------------------------------------
 
@@ -151,6 +158,7 @@ class LiveStore:
             self._counters["messages"] += 1
             self._counters["records"] += len(batch.records)
             self._count_second(recv_s)
+            self._transit.observe(batch.agent_id, batch.sent_s, recv_s)
             for record in batch.records:
                 try:
                     self._take(batch.agent_id, record, recv_s)
@@ -268,11 +276,12 @@ class LiveStore:
             count = self._rank["count"][:n].astype(np.int64)
             recent = self._newest_locked(np.arange(n), keep, count, tuple(self._recent))
             rank_of_row = self._rank_arr[:n].copy()
-            counters = dict(self._counters, rejected=dict(self._counters["rejected"]))
+            counters = dict(self._counters, rejected=dict(self._counters["rejected"]), transit=self._transit.snapshot())
             gpu = self._devices.gpu_columns(gpu_budget, SESSION_GPU_READINGS_MIN if least is None else least)
             data = SessionData(agents=list(self._agents.values()), gpu=gpu,
                                host=self._devices.host_columns(), health=health_columns(list(self._health.values())),
-                               events=list(self._events), counters=counters, source="live")
+                               events=list(self._events), counters=counters, source="live",
+                               phase_totals=dict(self._phase_totals))
         recent["step"][np.arange(keep)[None, :] >= count[:, None]] = -1  # slots a rank has not filled yet
         data.steps = recent_columns(rank_of_row, recent, n)
         return data
@@ -310,6 +319,8 @@ class LiveStore:
             self._counters["late_steps"] += self._buckets.load(rows[steady], end[steady],
                                                                {n: cols[n][steady] for n in cols})
             self._steps_total += count
+            for phase, seconds in phase_seconds(cols).items():
+                self._phase_totals[phase] += float(seconds.sum())
             ring = self._end_ring
             tail = end[-ring.size:]
             ring[(self._steps_total - tail.size + np.arange(tail.size)) % ring.size] = tail
@@ -395,11 +406,27 @@ class LiveStore:
             recent[name][slot, row] = np.nan if value is None else value
         self._end_ring[self._steps_total % self._end_ring.size] = s.end_s
         self._steps_total += 1
+        self._add_phases(s)
         if not s.end_s <= self._latest_end_s:
             self._latest_end_s = s.end_s
         # start-up data waits stay out of the steady-state pictures
         if not s.first_batch and not self._buckets.add(row, s):
             self._counters["late_steps"] += 1  # older than the kept history
+
+    def _add_phases(self, s: Step) -> None:
+        """One step into the phase totals, as ``phase_seconds`` splits a step (~0.5 µs; numpy would be ~20)."""
+        totals = self._phase_totals
+        step = s.step_s if s.step_s == s.step_s else 0.0  # NaN != NaN
+        if s.compute_s is None or s.compute_s != s.compute_s:
+            totals["unmeasured"] += step
+            return
+        data = s.data_wait_s if s.data_wait_s is not None and s.data_wait_s == s.data_wait_s else 0.0
+        comm = s.comm_exposed_s if s.comm_exposed_s is not None and s.comm_exposed_s == s.comm_exposed_s else 0.0
+        other = step - data - s.compute_s - comm
+        totals["data_wait"] += data
+        totals["compute"] += s.compute_s
+        totals["comm_exposed"] += comm
+        totals["other"] += other if other >= OTHER_RESOLUTION_S else 0.0
 
     def _count_second(self, recv_s: float) -> None:
         sec = int(recv_s)

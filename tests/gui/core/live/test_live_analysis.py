@@ -1,17 +1,21 @@
 """Live whole-session figures: a real cluster -> collector -> recorder file -> LiveAnalyzer, no Qt.
 
-The live store keeps only recent steps per rank; cost and waste must come from the whole session, so the analyzer
-reads the recording. These tests check it sees every recorded step and prices the injected straggler's wait.
+The live store keeps only recent steps per rank; cost and waste must come from the whole session: from the recording,
+or from the store's running phase totals. These tests check both see every step and price the injected straggler's
+wait alike.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ringscope.agent.simulate import run_cluster
+from ringscope.gui.core.analysis.cost import estimate_cost
+from ringscope.gui.core.analysis.summary import analyze
 from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.ingest.recorder import Recorder
 from ringscope.gui.core.ingest.session_reader import load
@@ -57,6 +61,31 @@ def test_analyzer_reads_the_whole_recording_not_just_the_recent_window(recorded)
     stall_s = figures.cost.waste_hours["allreduce_stall"] * 3600.0
     assert stall_s >= 0.5 * steps * 0.002, stall_s
     assert figures.cost.cost_total > 0
+
+
+def test_the_live_store_prices_every_steps_waiting_as_the_recording_does(recorded) -> None:  # type: ignore[no-untyped-def]
+    store, recorder, collector = recorded
+    ranks, steps = 3, 300  # more steps per rank than the live store keeps (128)
+    run_cluster(ranks, endpoint=collector.endpoint, steps_per_second=400, steps=steps, straggler=(1, 2.0),
+                processes=0)
+    assert _wait_for_steps(recorder.path, ranks * steps) == ranks * steps
+    whole = load(recorder.path)
+    live = store.to_session_data(64 * ranks, 64 * ranks, 4)  # the live analysis's kind of budget: 64 steps a rank
+    assert len(live.steps["step"]) == 64 * ranks < len(whole.steps["step"])
+    by_file = estimate_cost(analyze(whole), whole, 2.0, now_s=1e10)
+    by_store = estimate_cost(analyze(live), live, 2.0, now_s=1e10)
+    assert by_file.waste_hours["allreduce_stall"] > 0
+    for cause, hours in by_file.waste_hours.items():
+        assert by_store.waste_hours[cause] == pytest.approx(hours, rel=1e-9), cause
+    reloaded = LiveStore()  # an ingest process restarted on the recording refills its store: same totals
+    reloaded.load_steps(whole.steps)
+    totals = reloaded.to_session_data().phase_totals
+    assert totals is not None and live.phase_totals is not None
+    assert totals == pytest.approx(live.phase_totals, rel=1e-9)
+    # the store's columns alone would have priced ~a fifth of the wait (64 of 300 steps a rank)
+    cut = replace(live, phase_totals=None)
+    assert estimate_cost(analyze(cut), cut, 2.0).waste_hours["allreduce_stall"] < 0.3 * \
+        by_file.waste_hours["allreduce_stall"]
 
 
 def test_analyzer_thread_publishes_figures_and_survives_a_failing_source(tmp_path: Path) -> None:

@@ -341,3 +341,20 @@ def test_live_and_whole_run_straggler_verdicts_come_from_one_rule(slow: int | No
     if live is not None and whole is not None:
         assert live.rank == whole.rank == slow
         assert live.others_wait_share == pytest.approx(whole.gap_share, rel=0.05)
+
+
+def test_the_store_keeps_how_long_each_agents_messages_queued_for_the_live_network_analysis() -> None:
+    store = LiveStore()
+    for agent, rank, host in (("a", 0, "node0"), ("b", 1, "node1")):
+        store.on_batch(wire.decode(wire.encode(agent, 0, T0, [hello(agent, [rank], host)])), T0 + 0.001)
+    for k in range(1, 41):
+        sent = T0 + 0.1 * k
+        store.on_batch(wire.decode(wire.encode("a", k, sent, [step(0, k, sent)])), sent + 0.001)  # never queued
+        late = 0.030 if k % 2 else 0.0  # b's link queues every other message 30 ms
+        store.on_batch(wire.decode(wire.encode("b", k, sent, [step(1, k, sent)])), sent + 0.001 + late)
+    transit = store.to_session_data().counters["transit"]
+    assert transit["a"].messages == transit["b"].messages == 41
+    assert transit["a"].quantile(0.9) < 0.001
+    assert 0.02 <= transit["b"].quantile(0.9) <= 0.05
+    transit["b"].observe(T0, T0 + 9.0)  # a copy: the store's own figures do not move
+    assert store.to_session_data().counters["transit"]["b"].messages == 41
