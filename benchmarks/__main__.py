@@ -31,7 +31,7 @@ def scale_options(topic: str) -> set[str]:
     return {name for name in inspect.signature(module.run).parameters if name in SCALE_OPTIONS}
 
 
-SCALE_OPTIONS = ("ranks", "rate")
+SCALE_OPTIONS = ("ranks", "rate", "record")
 """Options a topic may take besides ``quick`` (``python -m benchmarks gui --ranks 8192 --rate 2``)."""
 
 
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=_positive(int), help="simulated ranks, for the topics that take it (gui)")
     parser.add_argument("--rate", type=_positive(float), help="steps per second per rank, for the topics that "
                         "take it (gui)")
+    parser.add_argument("--record", action="store_true", default=None, help="record the session to a file as "
+                        "'ringscope window' does by default, for the topics that take it (gui)")
     args = parser.parse_args(argv)
     unknown = [t for t in args.topics if t not in topics]
     if unknown:

@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ START_TIMEOUT_S: Final[float] = 90.0
 """How long a run waits for every rank to be on screen before measuring anyway (the count is in the note)."""
 
 
-def run(quick: bool = False, ranks: int | None = None, rate: float | None = None) -> list[dict]:
+def run(quick: bool = False, ranks: int | None = None, rate: float | None = None, record: bool = False) -> list[dict]:
     """Measure; quick mode: one run, 64 ranks for 6 s; full mode: ``RUNS`` runs of 1024 ranks at 10 steps/s for 20 s
     each, every figure the median of the runs with each run's value in the note. ``ranks`` and ``rate`` (steps per
     second per rank) change the cluster; its rows are then named ``gui <ranks>x<rate>`` so that the results keep
@@ -48,8 +49,9 @@ def run(quick: bool = False, ranks: int | None = None, rate: float | None = None
     if ranks >= LARGE_RANKS and not quick:
         seconds = 30.0
     name = "gui" if (ranks, rate) == (default_ranks, 10.0) else f"gui {ranks}x{rate:g}"
+    name += " recorded" if record else ""
     target_fps, target_p99 = LARGE_TARGETS if ranks >= LARGE_RANKS else (TARGET_FPS, TARGET_P99_MS)
-    per_run = [[{**row, "benchmark": name} for row in _measure_in_new_process(ranks, seconds, rate)]
+    per_run = [[{**row, "benchmark": name} for row in _measure_in_new_process(ranks, seconds, rate, record)]
                for _ in range(runs)]
     if runs == 1:
         return per_run[0]
@@ -68,12 +70,13 @@ def run(quick: bool = False, ranks: int | None = None, rate: float | None = None
     return rows
 
 
-def _measure_in_new_process(ranks: int, seconds: float, rate: float) -> list[dict]:
+def _measure_in_new_process(ranks: int, seconds: float, rate: float, record: bool = False) -> list[dict]:
     """:func:`_measure` in a Python process of its own, as a user starts the app: one run's windows, pyqtgraph
     objects and garbage do not slow the next (in one process, five runs in a row got slower one after the other:
     GUI-thread CPU 10.5, 11.2, 11.7, 12.7, 12.9 ms a frame)."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_gui", "--measure", str(ranks), str(seconds),
-                           str(rate)], capture_output=True, text=True, timeout=START_TIMEOUT_S + seconds + 120,
+    command = [sys.executable, "-m", "benchmarks.bench_gui", "--measure", str(ranks), str(seconds), str(rate)]
+    done = subprocess.run(command + (["--record"] if record else []), capture_output=True, text=True,
+                          timeout=START_TIMEOUT_S + seconds + 120,
                           cwd=Path(__file__).resolve().parent.parent, check=False)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -88,9 +91,9 @@ def _measure_in_new_process(ranks: int, seconds: float, rate: float) -> list[dic
     return rows
 
 
-def _measure(ranks: int, seconds: float, rate: float = 10.0) -> list[dict]:
+def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = False) -> list[dict]:
     """One run: a window with its ingest process and a simulated cluster of ``ranks`` stepping ``rate`` times a
-    second each, measured for ``seconds``."""
+    second each, measured for ``seconds``; ``record``: into a session file in a temporary folder."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6 import QtCore, QtWidgets
 
@@ -100,8 +103,10 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0) -> list[dict]:
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     theme.apply_theme(app, "dark")
-    parts = build_window(bind="tcp://127.0.0.1:0", record=False, preferences=Preferences(), simulate_ranks=ranks,
-                         simulate_kwargs={"steps_per_second": rate})
+    folder = tempfile.TemporaryDirectory(prefix="ringscope-bench-gui-")
+    record_to = Path(folder.name) / "session.db"
+    parts = build_window(bind="tcp://127.0.0.1:0", record=record, record_to=record_to if record else None,
+                         preferences=Preferences(), simulate_ranks=ranks, simulate_kwargs={"steps_per_second": rate})
     window = parts.window
     window.resize(1600, 1000)
     window.show()
@@ -181,7 +186,7 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0) -> list[dict]:
         rss = (_rss_mb(os.getpid()), _rss_mb(parts.ingest.pid if parts.ingest is not None else None))
         ends.stop()
     finally:
-        parts.close()
+        closing = parts.close()
         window.deleteLater()  # the next run's window is a new one: this one's memory must not count there
         app.processEvents()
     if profiler is not None and profile_to:
@@ -228,6 +233,12 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0) -> list[dict]:
                  "note": f"from the window's start (simulator processes started with it) until every rank is in a "
                  f"frame; NaN: not all within {START_TIMEOUT_S:.0f} s (target for 8 192 ranks: each rank within "
                  f"{VISIBLE_TARGET_S:.0f} s of its first step)"})
+    if record:
+        size_mb = record_to.stat().st_size / 1e6 if record_to.exists() else float("nan")
+        rows.append({"benchmark": "gui", "metric": "recorded_rows", "value": float(closing.get("rows_written", 0)),
+                     "unit": "rows", "note": f"written by the ingest process's recorder by its close; write errors "
+                     f"{closing.get('write_errors', 'unknown')}; {size_mb:.0f} MB file"})
+    folder.cleanup()
     if builds:
         wall, cpu = np.array(builds).T
         rows.insert(7, {"benchmark": "gui", "metric": "ingest_frame_build_p50", "value": 1000 * float(np.median(wall)),
@@ -302,7 +313,7 @@ class _EndTimes:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--measure"]:  # one run, for _measure_in_new_process: its rows as the last line of JSON
-        print(json.dumps(_measure(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))))
+        print(json.dumps(_measure(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), "--record" in sys.argv)))
     else:
         for row in run(quick=True):
             print(row)
