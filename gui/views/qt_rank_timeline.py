@@ -115,8 +115,8 @@ class QtRankTimeline(QtWidgets.QWidget):
         plot_item.layout.setColumnFixedWidth(4, 5)
         self._lut = np.vstack([colormap.getLookupTable(0.0, 1.0, 255, alpha=True),
                                np.array([[*theme.color(theme.current().no_data).getRgb()]], np.uint8)])
-        self.bands_plot = time_plot("p5/50/95", "%", "Percentiles over ranks per time bucket: half the ranks are "
-                                                     "below p50, 5 % of them above p95.")
+        self.bands_plot = time_plot("p5–95 %", None, "p5, p50 (the thick line) and p95: percentiles over ranks per "
+                                    "time bucket: half the ranks are below p50, 5 % of them above p95.")
         self.bands_plot.setYRange(0, 100, padding=0.02)
         self.bands_plot.setMinimumHeight(90)
         self.bands_plot.setMaximumHeight(120)
@@ -301,9 +301,14 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.no_data.setRect(rect)
         set_range(self.heat_plot, y=(0, rows))  # x: the window's TimeRange (linked charts)
         self._draw_host_bands(snap, by_host)
-        what = "hosts" if by_host is not None else "ranks"
-        note = (f"{rows} {what} on {pixels} px: a pixel row shows the most unusual of {-(-rows // pixels)} — hover "
-                "for exact values; lists and bands use every rank") if rows > pixels > 0 else ""
+        folded = rows > pixels > 0
+        if by_host is not None:  # fits under the chart at 1600x1000 (~110 characters)
+            note = "host rows = mean of their ranks; " + (
+                f"{rows} on {pixels} px, each pixel row the most unusual of {-(-rows // pixels)}; lists and bands use "
+                "every rank" if folded else "hover for exact values")
+        else:
+            note = (f"{rows} ranks on {pixels} px: a pixel row shows the most unusual of {-(-rows // pixels)} — hover "
+                    "for exact values; lists and bands use every rank") if folded else ""
         if self.sampling_note.text() != note:
             self.sampling_note.setText(note)
             self.sampling_note.setToolTip(note)
@@ -337,7 +342,9 @@ class QtRankTimeline(QtWidgets.QWidget):
             for each in (axis, bands_axis):
                 each.setWidth(None)  # automatic again
         if not banded:
-            self.heat_plot.setLabel("left", "host (mean of its ranks)" if by_host is not None else "rank")
+            # short: the chart is ~100 px high at 1600x1000 ("host (mean of its ranks)" was cut to "host (mea");
+            # the note under the charts says what a host row is
+            self.heat_plot.setLabel("left", "host" if by_host is not None else "rank")
             return
         pen = pg.mkPen(theme.color(theme.current().text), width=1, style=QtCore.Qt.PenStyle.DashLine)
         for start in runs.starts[1:]:

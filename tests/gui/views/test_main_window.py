@@ -172,7 +172,8 @@ def test_thousands_of_ranks_draw_a_row_per_host_and_a_host_drills_down_to_its_ra
     win.render_frame()
     stall = win.stall
     assert stall.heatmap_mode and stall.image.image.shape[0] == ranks // 8  # a row per host
-    assert stall.heat_plot.getPlotItem().getAxis("left").labelText == "host (mean of its ranks)"
+    assert stall.heat_plot.getPlotItem().getAxis("left").labelText == "host"
+    assert stall.sampling_note.text().startswith("host rows = mean of their ranks")
     # hover over host1's row names its ranks, their mean and the rank the others wait for (the lowest stall)
     text = stall.heat_hover.text_at(float(stall._x[-2]), 1.5)
     assert text is not None and text.startswith("host host1: ranks 8–15") and "lowest: rank 13 1.0 %" in text
