@@ -33,7 +33,7 @@ import numpy as np
 
 from ringscope.agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from ringscope.agent.wire import Batch
-from ringscope.gui.core.analysis.summary import OTHER_RESOLUTION_S, phase_seconds
+from ringscope.gui.core.analysis.summary import phase_seconds
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 from ringscope.gui.core.ingest.transit import TransitTracker
 from ringscope.gui.core.live.device_series import SESSION_GPU_READINGS, SESSION_GPU_READINGS_MIN, DeviceSeries
@@ -52,7 +52,9 @@ from ringscope.gui.core.live.snapshot import (
     readonly,
 )
 from ringscope.gui.core.live.step_columns import (
+    PHASE_TOTALS,
     RECENT_FIELDS,
+    add_phases,
     fitting_ranks,
     health_columns,
     load_recent,
@@ -75,8 +77,6 @@ SESSION_STEPS: Final[int] = 1 << 18
 newest ``SESSION_STEPS // ranks`` steps (at least ``recent_window``): at 8 192 ranks 32 of the 128 it keeps, so an
 analysis pass copies a quarter of the ring under the collector's lock and sends ~40 MB to the window, not ~170 MB.
 Up to 2 048 ranks (at the default 128 steps) every kept step goes."""
-PHASE_TOTALS: Final[tuple[str, ...]] = ("data_wait", "compute", "comm_exposed", "other", "unmeasured")
-"""The phases ``SessionData.phase_totals`` sums (``phase_seconds``' keys)."""
 STRAGGLER_EVERY_S: Final[float] = 0.25
 """How often frames re-judge the straggler (between, a frame shows the last verdict); per 1 024 ranks past 1 024."""
 
@@ -406,27 +406,12 @@ class LiveStore:
             recent[name][slot, row] = np.nan if value is None else value
         self._end_ring[self._steps_total % self._end_ring.size] = s.end_s
         self._steps_total += 1
-        self._add_phases(s)
+        add_phases(self._phase_totals, s)
         if not s.end_s <= self._latest_end_s:
             self._latest_end_s = s.end_s
         # start-up data waits stay out of the steady-state pictures
         if not s.first_batch and not self._buckets.add(row, s):
             self._counters["late_steps"] += 1  # older than the kept history
-
-    def _add_phases(self, s: Step) -> None:
-        """One step into the phase totals, as ``phase_seconds`` splits a step (~0.5 µs; numpy would be ~20)."""
-        totals = self._phase_totals
-        step = s.step_s if s.step_s == s.step_s else 0.0  # NaN != NaN
-        if s.compute_s is None or s.compute_s != s.compute_s:
-            totals["unmeasured"] += step
-            return
-        data = s.data_wait_s if s.data_wait_s is not None and s.data_wait_s == s.data_wait_s else 0.0
-        comm = s.comm_exposed_s if s.comm_exposed_s is not None and s.comm_exposed_s == s.comm_exposed_s else 0.0
-        other = step - data - s.compute_s - comm
-        totals["data_wait"] += data
-        totals["compute"] += s.compute_s
-        totals["comm_exposed"] += comm
-        totals["other"] += other if other >= OTHER_RESOLUTION_S else 0.0
 
     def _count_second(self, recv_s: float) -> None:
         sec = int(recv_s)

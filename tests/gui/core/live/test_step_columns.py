@@ -9,7 +9,8 @@ import numpy as np
 
 from ringscope.agent import wire
 from ringscope.agent.schema import GpuSample, Hello, Step
-from ringscope.gui.core.live.step_columns import fitting_ranks
+from ringscope.gui.core.analysis.summary import phase_seconds
+from ringscope.gui.core.live.step_columns import PHASE_TOTALS, add_phases, fitting_ranks
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.core.session_data import columns_from_rows
 from tests.gui.core.live.test_store import T0, batch, feed_cluster
@@ -92,3 +93,28 @@ def test_past_the_budget_each_rank_hands_the_analysis_its_newest_steps() -> None
 def test_only_ranks_with_a_row_or_room_for_one_fit() -> None:
     ranks = np.array([5, 1, 7, 1, 9])
     assert fitting_ranks(ranks, {1}, room=1).tolist() == [True, True, False, True, False]
+
+
+def test_running_phase_totals_split_each_step_as_the_analysis_does() -> None:
+    rng = np.random.default_rng(7)
+    steps = []
+    for k in range(400):
+        data, comp, comm = (float(v) for v in rng.uniform(0.0, 0.05, 3))
+        step_s = float(rng.uniform(0.05, 0.2))
+        kind = k % 5  # measured; Keras-style without compute; a missing phase; other below 0; other below 1 µs
+        steps.append(Step(k % 4, k, T0, T0 + step_s, step_s, None if kind == 2 else data,
+                          None if kind == 1 else comp, None, None if kind == 2 else comm, 32, None, None, None,
+                          False) if kind < 3 else
+                     Step(k % 4, k, T0, T0 + step_s, step_s, step_s, comp, None, comm, 32, None, None, None, False)
+                     if kind == 3 else
+                     Step(k % 4, k, T0, T0 + step_s, step_s, data, step_s - data - comm - 4e-7, None, comm, 32, None,
+                          None, None, False))
+    totals = dict.fromkeys(PHASE_TOTALS, 0.0)
+    for one in steps:
+        add_phases(totals, one)
+    columns = columns_from_rows("step", [wire.record_values(one) for one in steps])  # as recorded
+    expected = {phase: float(seconds.sum()) for phase, seconds in phase_seconds(columns).items()}
+    assert set(expected) == set(PHASE_TOTALS)
+    for phase in PHASE_TOTALS:
+        assert math.isclose(totals[phase], expected[phase], rel_tol=1e-6, abs_tol=1e-9), phase
+    assert totals["unmeasured"] > 0 and totals["other"] > 0
