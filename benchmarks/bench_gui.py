@@ -103,10 +103,10 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     theme.apply_theme(app, "dark")
-    folder = tempfile.TemporaryDirectory(prefix="ringscope-bench-gui-")
-    record_to = Path(folder.name) / "session.db"
-    parts = build_window(bind="tcp://127.0.0.1:0", record=record, record_to=record_to if record else None,
-                         preferences=Preferences(), simulate_ranks=ranks, simulate_kwargs={"steps_per_second": rate})
+    folder = tempfile.TemporaryDirectory(prefix="ringscope-bench-gui-") if record else None
+    record_to = Path(folder.name) / "session.db" if folder is not None else None
+    parts = build_window(bind="tcp://127.0.0.1:0", record=record, record_to=record_to, preferences=Preferences(),
+                         simulate_ranks=ranks, simulate_kwargs={"steps_per_second": rate})
     window = parts.window
     window.resize(1600, 1000)
     window.show()
@@ -189,6 +189,9 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
         closing = parts.close()
         window.deleteLater()  # the next run's window is a new one: this one's memory must not count there
         app.processEvents()
+        file_mb = record_to.stat().st_size / 1e6 if record_to is not None and record_to.exists() else float("nan")
+        if folder is not None:
+            folder.cleanup()
     if profiler is not None and profile_to:
         profiler.dump_stats(profile_to)
     lat = ends.latencies(shown)
@@ -234,11 +237,9 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
                  f"frame; NaN: not all within {START_TIMEOUT_S:.0f} s (target for 8 192 ranks: each rank within "
                  f"{VISIBLE_TARGET_S:.0f} s of its first step)"})
     if record:
-        size_mb = record_to.stat().st_size / 1e6 if record_to.exists() else float("nan")
         rows.append({"benchmark": "gui", "metric": "recorded_rows", "value": float(closing.get("rows_written", 0)),
                      "unit": "rows", "note": f"written by the ingest process's recorder by its close; write errors "
-                     f"{closing.get('write_errors', 'unknown')}; {size_mb:.0f} MB file"})
-    folder.cleanup()
+                     f"{closing.get('write_errors', 'unknown')}; {file_mb:.0f} MB file"})
     if builds:
         wall, cpu = np.array(builds).T
         rows.insert(7, {"benchmark": "gui", "metric": "ingest_frame_build_p50", "value": 1000 * float(np.median(wall)),

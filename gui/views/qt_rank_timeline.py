@@ -301,14 +301,14 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.no_data.setRect(rect)
         set_range(self.heat_plot, y=(0, rows))  # x: the window's TimeRange (linked charts)
         self._draw_host_bands(snap, by_host)
-        folded = rows > pixels > 0
+        per_pixel = -(-rows // pixels) if rows > pixels > 0 else 0  # rows folded into one pixel row (0: none)
         if by_host is not None:  # fits under the chart at 1600x1000 (~110 characters)
             note = "host rows = mean of their ranks; " + (
-                f"{rows} on {pixels} px, each pixel row the most unusual of {-(-rows // pixels)}; lists and bands use "
-                "every rank" if folded else "hover for exact values")
+                f"{rows} on {pixels} px, each pixel row the most unusual of {per_pixel}; lists and bands use every "
+                "rank" if per_pixel else "hover for exact values")
         else:
-            note = (f"{rows} ranks on {pixels} px: a pixel row shows the most unusual of {-(-rows // pixels)} — hover "
-                    "for exact values; lists and bands use every rank") if folded else ""
+            note = (f"{rows} ranks on {pixels} px: a pixel row shows the most unusual of {per_pixel} — hover for "
+                    "exact values; lists and bands use every rank") if per_pixel else ""
         if self.sampling_note.text() != note:
             self.sampling_note.setText(note)
             self.sampling_note.setToolTip(note)

@@ -33,8 +33,9 @@ PERIOD_FACTOR: Final[float] = 10.0
 LIVE_STEPS: Final[int] = 1 << 16
 """Step rows a pass reads from a live store at most (``LiveStore.to_session_data``'s budget): 64 of each rank's
 steps at 1 024 ranks, 8 at 8 192. A pass's copy is made and pickled in the ingest process while the steps that arrive
-wait for its GIL: with the store's own budget (32 steps a rank, 64 GPU readings a GPU) it was ~65-95 MB at 8 192
-ranks, ~0.6 s of the ingest process a pass, and latency spiked to 1.6 s every ~20 s."""
+wait for its GIL: with the store's own budget (32 steps a rank, 64 GPU readings a GPU) it was 64-68 MB at 8 192
+ranks 35 s in (more as the GPU rings fill), ~0.6 s of the ingest process a pass, and latency spiked to 1.6 s every
+~20 s."""
 LIVE_GPU_READINGS: Final[int] = 1 << 16
 """GPU readings a pass reads from a live store at most: 8 at 8 192 GPUs (the cost and GPU figures are means)."""
 LIVE_LEAST: Final[int] = 4

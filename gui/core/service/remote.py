@@ -22,9 +22,10 @@ import numpy as np
 
 from ringscope.gui.core.analysis.hang import HangVerdict
 from ringscope.gui.core.ingest.sink import IngestCounters
+from ringscope.gui.core.live.device_series import SESSION_GPU_READINGS
 from ringscope.gui.core.live.run_rows import RunRow
 from ringscope.gui.core.live.snapshot import Snapshot
-from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.live.store import SESSION_STEPS, LiveStore
 from ringscope.gui.core.live.watch import HangNotice
 from ringscope.gui.core.service.calls import Kind, exposed
 from ringscope.gui.core.service.frame_channel import FIRST_FRAME_WAIT_S, FrameChannel
@@ -130,11 +131,12 @@ class RemoteStore(_StandIn):
         channel = self._process.frames
         return channel.snapshot.version if channel is not None and channel.snapshot is not None else -1
 
-    def to_session_data(self, *budgets: int) -> SessionData:
-        """The run's recent steps, devices and events (from the ingest process; empty when it is gone); ``budgets``:
-        ``LiveStore.to_session_data``'s step and GPU-reading budgets."""
+    def to_session_data(self, budget: int = SESSION_STEPS, gpu_budget: int = SESSION_GPU_READINGS,
+                        least: int | None = None) -> SessionData:
+        """The run's recent steps, devices and events (from the ingest process; empty when it is gone), as
+        ``LiveStore.to_session_data`` with the same arguments."""
         try:
-            data: SessionData = self._process.call("store", "to_session_data", self.run_id, *budgets)
+            data: SessionData = self._process.call("store", "to_session_data", self.run_id, budget, gpu_budget, least)
         except IngestError as exc:
             log.debug("%s", exc)
             return SessionData()

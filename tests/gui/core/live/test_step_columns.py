@@ -99,16 +99,21 @@ def test_running_phase_totals_split_each_step_as_the_analysis_does() -> None:
     rng = np.random.default_rng(7)
     steps = []
     for k in range(400):
-        data, comp, comm = (float(v) for v in rng.uniform(0.0, 0.05, 3))
+        drawn = [float(v) for v in rng.uniform(0.0, 0.05, 3)]
+        data: float | None = drawn[0]
+        comp: float | None = drawn[1]
+        comm: float | None = drawn[2]
         step_s = float(rng.uniform(0.05, 0.2))
-        kind = k % 5  # measured; Keras-style without compute; a missing phase; other below 0; other below 1 µs
-        steps.append(Step(k % 4, k, T0, T0 + step_s, step_s, None if kind == 2 else data,
-                          None if kind == 1 else comp, None, None if kind == 2 else comm, 32, None, None, None,
-                          False) if kind < 3 else
-                     Step(k % 4, k, T0, T0 + step_s, step_s, step_s, comp, None, comm, 32, None, None, None, False)
-                     if kind == 3 else
-                     Step(k % 4, k, T0, T0 + step_s, step_s, data, step_s - data - comm - 4e-7, None, comm, 32, None,
-                          None, None, False))
+        kind = k % 5
+        if kind == 1:  # Keras-style: no compute time, the whole step unmeasured
+            comp = None
+        elif kind == 2:  # a measured step with phases missing: they count 0, ``other`` takes them
+            data = comm = None
+        elif kind == 3:  # phases that add up to more than the step: ``other`` is 0, never negative
+            data = step_s
+        elif kind == 4:  # a remainder below 1 µs is rounding, not time
+            comp = step_s - drawn[0] - drawn[2] - 4e-7
+        steps.append(Step(k % 4, k, T0, T0 + step_s, step_s, data, comp, None, comm, 32, None, None, None, False))
     totals = dict.fromkeys(PHASE_TOTALS, 0.0)
     for one in steps:
         add_phases(totals, one)
