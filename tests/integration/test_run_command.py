@@ -287,7 +287,11 @@ def test_zero_code_keras_custom_loop_is_timed_per_step_with_its_data_wait(keras_
         assert all(s.samples == REPLICA_BATCH and s.compute_s is None and s.comm_exposed_s is None for s in loop)
         # tf.data prefetches the first batches while the step function traces: steady state is the second half
         late = loop[LOOP_STEPS // 2:]
-        assert abs(_median(late, "data_wait_s") - LOOP_DELAY_S) <= 0.1 * LOOP_DELAY_S
+        # The pipeline sets the pace: a step every delay. The distributed iterator prefetches, so the next batch's
+        # sleep runs during the step's own work, and the wait is the delay less that work (~5 ms when the machine
+        # is loaded, ~1 ms when idle): the bulk of each step, never more than the step.
+        assert abs(_median(late, "step_s") - LOOP_DELAY_S) <= 0.1 * LOOP_DELAY_S
+        assert 0.75 * LOOP_DELAY_S <= _median(late, "data_wait_s") <= 1.1 * LOOP_DELAY_S
         assert all(s.step_s >= s.data_wait_s for s in late)  # type: ignore[operator]
 
 

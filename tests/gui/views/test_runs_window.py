@@ -185,6 +185,7 @@ def test_launch_outcomes_reach_the_recording(qtbot: QtBot, parts: WindowParts, t
     path = parts.recorder.path
 
     def recorded() -> None:
-        assert load(path).counters.get("launches", {})[run.run_id]["state"] == FINISHED
+        # not written yet is a retry (an AssertionError), not a KeyError that ends the wait at its first look
+        assert load(path).counters.get("launches", {}).get(run.run_id, {}).get("state") == FINISHED
 
     qtbot.waitUntil(recorded, timeout=WAIT_MS)  # the file is readable while it is written
