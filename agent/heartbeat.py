@@ -13,6 +13,7 @@ stacks while a rank progresses (they cost ~0.1 ms per thread; a progressing rank
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
@@ -20,6 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any, Final
 
 from ringscope.agent.background import BackgroundThread
@@ -97,7 +99,7 @@ class HeartbeatThread(BackgroundThread):
         """Build (and send) one round of heartbeats now; returns them (the thread calls this every interval)."""
         now = time.time() if now_s is None else now_s
         dump, self._dump_requested = self._dump_requested, False
-        frames: dict[int, Any] | None = None
+        frames: dict[int, list[FrameType]] | None = None
         beats = []
         for position in self._positions:
             phase, since, step, bucket, thread = (position.phase, position.since_s, position.step, position.bucket,
@@ -105,7 +107,7 @@ class HeartbeatThread(BackgroundThread):
             stack = None
             if thread is not None and (dump or self._stack_due(position.rank, since, now)):
                 if frames is None:
-                    frames = dict(sys._current_frames())  # one snapshot of every thread's frame for this round
+                    frames = thread_stacks()  # one snapshot of every thread's frames for this round
                 stack = _format_stack(frames.get(thread))
                 self._last_stack[position.rank] = (since, now)
             beats.append(Heartbeat(now, position.rank, phase, since, step, bucket, stack))
@@ -128,6 +130,46 @@ class HeartbeatThread(BackgroundThread):
                 return
 
 
+_SUSPENDABLE: Final[int] = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_STACK_TRIES: Final[int] = 5
+
+
+def thread_stacks() -> dict[int, list[FrameType]]:
+    """Every Python thread's frames now, outermost first, walked from this thread while the others run.
+
+    A walk follows ``f_back`` one frame at a time and may lose the GIL between two: a generator that yields meanwhile
+    has no caller any more (``f_back`` None), and the walk ends there, the thread's outer frames lost (seen as a
+    training stack starting at the probe's loader generator). No live thread's outermost frame is a generator's,
+    so such a stack is taken again, up to ``_STACK_TRIES`` times.
+    """
+    stacks: dict[int, list[FrameType]] = {}
+    for _ in range(_STACK_TRIES):
+        torn = False
+        for ident, frame in sys._current_frames().items():
+            known = stacks.get(ident)
+            if known is not None and not _torn(known):
+                continue
+            chain: list[FrameType] = []
+            walked: FrameType | None = frame
+            while walked is not None:
+                chain.append(walked)
+                walked = walked.f_back
+            chain.reverse()
+            stacks[ident] = chain
+            torn = torn or _torn(chain)
+        if not torn:
+            break
+    return stacks
+
+
+def _torn(chain: list[FrameType]) -> bool:
+    return bool(chain) and bool(chain[0].f_code.co_flags & _SUSPENDABLE)
+
+
+def _summary(chain: list[FrameType]) -> traceback.StackSummary:
+    return traceback.StackSummary.extract((frame, frame.f_lineno) for frame in chain)
+
+
 MAX_DUMP_FRAMES: Final[int] = 48
 """Innermost frames kept per thread in a dump on demand (a training loop's interesting part is near the top)."""
 
@@ -139,9 +181,9 @@ def dump_threads(training_thread: int | None, limit_chars: int = MAX_TEXT_CHARS 
     and ``cut`` says how many)."""
     names = {thread.ident: thread for thread in threading.enumerate()}
     threads: list[dict[str, Any]] = []
-    for ident, frame in sys._current_frames().items():
+    for ident, chain in thread_stacks().items():
         thread = names.get(ident)
-        full = traceback.extract_stack(frame)
+        full = _summary(chain)
         summary = full[-MAX_DUMP_FRAMES:]
         threads.append({
             "name": thread.name if thread is not None else f"thread {ident}",
@@ -177,11 +219,11 @@ def dump_threads(training_thread: int | None, limit_chars: int = MAX_TEXT_CHARS 
     return threads
 
 
-def _format_stack(frame: object) -> str | None:
+def _format_stack(chain: list[FrameType] | None) -> str | None:
     """The stack of one thread, innermost call last, cut to what a record may carry (keeping the innermost end)."""
-    if frame is None:
+    if chain is None:
         return None
-    text = "".join(traceback.format_stack(frame))  # type: ignore[arg-type]
+    text = "".join(_summary(chain).format())
     if len(text) > MAX_TEXT_CHARS:
         text = "...[outer frames cut]\n" + text[-(MAX_TEXT_CHARS - 40):]
     return text

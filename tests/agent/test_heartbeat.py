@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import zmq
 
 from ringscope.agent import runtime, wire
-from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE, HeartbeatThread, Position
+from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE, HeartbeatThread, Position, dump_threads
 from ringscope.agent.schema import Heartbeat
 
 
@@ -65,3 +67,52 @@ def test_an_agent_sends_heartbeats_through_its_publisher() -> None:
         telemetry.close(timeout_s=1.0)
         pull.close(0)
         context.term()
+
+
+def _loader() -> Iterator[int]:
+    yield from range(3)
+
+
+def _batches(stop: threading.Event) -> Iterator[int]:
+    """An epoch loop of generators, as the probe's loader wrapper is: most of the time a generator is running."""
+    while not stop.is_set():
+        yield from _loader()
+
+
+def _train(stop: threading.Event) -> None:
+    for _ in _batches(stop):
+        pass
+
+
+def test_stacks_taken_while_generators_yield_keep_the_threads_outer_frames() -> None:
+    """A walk up ``f_back`` that loses the GIL while a generator on the way yields ends at that generator (seen as a
+    training stack that started at the probe's loader, no trainer frame above it). With switches forced every
+    microsecond, ~1 in 1 000 of such walks was torn before stacks were taken again. Both ways a stack leaves the
+    agent are checked: a dump on demand and a stuck rank's heartbeat."""
+    stop = threading.Event()
+    worker = threading.Thread(target=_train, args=(stop,), name="trainer")
+    position = Position(rank=0)
+    beats = HeartbeatThread([position], lambda _: None)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    worker.start()
+    position.thread_id = worker.ident
+    torn: list[str] = []
+    taken = 0
+    try:
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline and taken < 20_000:
+            outermost = [thread["frames"][0][2] for thread in dump_threads(worker.ident)
+                         if thread["ident"] == worker.ident]
+            beats.request_stacks()
+            stack = beats.beat()[0].stack
+            assert stack is not None
+            outermost.append(stack.splitlines()[0].rsplit(" in ", 1)[1])
+            taken += len(outermost)
+            torn += [name for name in outermost if name != "_bootstrap"]
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        worker.join(10)
+    assert taken >= 2_000
+    assert torn == [], f"{len(torn)} of {taken} stacks lost their outer frames (outermost: {sorted(set(torn))})"
