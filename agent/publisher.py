@@ -105,7 +105,7 @@ class Publisher:
         batch_max: most records per message (at most ``wire.MAX_RECORDS_PER_MESSAGE`` - 2, leaving room for the
             Hello and Health).
         flush_interval_s: how long records may wait before being sent; an unclean exit loses at most this much.
-        send_hwm: messages ZeroMQ may buffer per connection before sends fail (and are counted as drops).
+        send_hwm: messages ZeroMQ may buffer per connection; past it records wait in the queue.
         keys: CURVE keys of a collector that requires authentication (``ringscope.agent.keys``); None: plaintext.
         on_control: called on the sender thread with each request from the collector (``stacks``, ``set``); an
             exception in it is logged and counted (``control_refused``), never raised.
@@ -150,7 +150,7 @@ class Publisher:
         self._pending_health: Health | None = None
         self._disconnects = 0
         self._warned_too_large = False
-        self._dropped = 0  # written by producers (queue full) and the sender (failed sends)
+        self._dropped = 0  # written by producers (queue full) and the sender (too large, or nobody took it at close)
         self._sent_records = 0
         self._sent_batches = 0
         self._failed_batches = 0
@@ -407,10 +407,17 @@ class Publisher:
             if not queue and self._pending_health is not None:
                 batch.append(self._pending_health)
                 self._pending_health = None
-            self._send(socket, batch)
+            if not self._send(socket, batch):
+                return  # what follows goes after it, in order
 
-    def _send(self, socket: zmq.Socket, batch: list[Record]) -> None:
-        """Send one batch as one message, or as several when it would exceed the collector's size limit."""
+    def _send(self, socket: zmq.Socket, batch: list[Record]) -> bool:
+        """Send one batch as one message, or as several when it would exceed the collector's size limit.
+
+        False when ZeroMQ refused it although the poll said there was room: the connection went away in between
+        (a collector killed at that instant). The message keeps its number and waits with the unacknowledged ones,
+        first in line to go again, so the collector still sees every number in order; dropping it left a one-message
+        gap in a restarted recording, and sending the next ones first would make the new collector drop it as a
+        duplicate when it came."""
         sent_s = time.time()
         if _TEST_CLOCK_SKEW_S:  # a host whose clock is off, for the clock-alignment tests (off in real use)
             batch, sent_s = [shifted(record, _TEST_CLOCK_SKEW_S) for record in batch], sent_s + _TEST_CLOCK_SKEW_S
@@ -418,29 +425,34 @@ class Publisher:
         if len(payload) > wire.MAX_MESSAGE_BYTES:
             if len(batch) > 1:
                 half = len(batch) // 2
-                self._send(socket, batch[:half])
-                self._send(socket, batch[half:])
-                return
+                if not self._send(socket, batch[:half]):
+                    self._queue.extendleft(reversed(batch[half:]))  # not numbered yet: they wait their turn
+                    return False
+                return self._send(socket, batch[half:])
             self._dropped += 1
             if not self._warned_too_large:
                 self._warned_too_large = True
                 log.warning("ringscope: a %s record of %d bytes exceeds the message limit (%d bytes) and was "
                             "dropped; shorten its text fields", batch[0].KIND, len(payload), wire.MAX_MESSAGE_BYTES)
-            return
-        self._seq += 1  # consumed even when the send fails, so the receiver sees the gap
-        try:
-            socket.send(payload, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            self._failed_batches += 1
-            self._dropped += len(batch)
-            return
+            return True
+        self._seq += 1
         self._sent_batches += 1
         self._sent_records += len(batch)
         now = time.monotonic()
-        self._unacked.append((self._seq - 1, payload, now, len(batch)))
+        unacked = self._unacked
+        unacked.append((self._seq - 1, payload, now, len(batch)))
         self._unacked_bytes += len(payload)
+        try:
+            socket.send(payload, zmq.NOBLOCK, copy=False)
+            sent = True
+        except zmq.Again:
+            self._failed_batches += 1
+            if self._resend_at is None:
+                self._resend_at = len(unacked) - 1
+            sent = False
         if self._unacked_bytes > UNACKED_MAX_BYTES:
             self._forget_unacked(now)
+        return sent
 
     # ---- Reply path ----------------------------------------------------------------------------------------------
 

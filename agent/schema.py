@@ -305,7 +305,7 @@ class Health:
     dropped_records: int
     sent_records: int
     sent_batches: int
-    failed_batches: int
+    failed_batches: int  # sends ZeroMQ refused after its poll said yes (kept unacknowledged, sent again first)
     last_seq: int
     disconnects: int | None = None  # 1.1: times the connection to the collector dropped (cumulative)
 
