@@ -236,7 +236,7 @@ def check_slurm(spec: LaunchSpec) -> list[str]:
         if option and not option.startswith("-"):
             errors.append(f"extra #SBATCH line {line!r} is not an sbatch option; write it as --name=value "
                           "(e.g. --mem=64G)")
-        elif "\n" in option or any(word in option for word in ("--output", "--job-name", "--nodes=", "--ntasks")):
+        elif "\n" in option or _option_name(option) in _SET_BY_RINGSCOPE:
             errors.append(f"extra #SBATCH line {line!r} sets what Ringscope sets itself (nodes, tasks, job name, "
                           "output); use the fields for nodes and tasks")
     return errors
@@ -279,6 +279,18 @@ def parse_job_id(sbatch_output: str) -> str | None:
 def job_name(run_id: str) -> str:
     """The Slurm job name of a run's jobs (every attempt's): ``ringscope-RUN``."""
     return f"ringscope-{run_id}"[:128]
+
+
+_SET_BY_RINGSCOPE: Final[frozenset[str]] = frozenset({
+    "--job-name", "-J", "--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--output", "-o", "--open-mode"})
+"""sbatch options the script sets itself, long and short (an extra line repeating one would override it)."""
+
+
+def _option_name(option: str) -> str:
+    """``--nodes=4`` / ``--nodes 4`` -> ``--nodes``; ``-N4`` / ``-N 4`` -> ``-N``."""
+    words = option.split("=", 1)[0].split(maxsplit=1)
+    name = words[0] if words else ""
+    return name if name.startswith("--") else name[:2]
 
 
 def _sbatch_option(line: str) -> str:

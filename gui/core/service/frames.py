@@ -106,7 +106,9 @@ class FrameEncoder:
         else:
             self._gpus_sent_s = snap.now_s
         out["gpu_order"] = gpu_order if not delta or previous is None or gpu_order != previous.gpu_order else None
-        if gpus and not gpus[0].ts_s.size:  # many GPUs: series without readings, only a new identity travels
+        # many GPUs (the store built a summary, under the same lock as the series): series without readings, only a
+        # new identity travels; a few GPUs: a series that has no reading yet is still one of those, sent whole
+        if snap.gpu_summary is not None:
             changed = [g for key, g in zip(gpu_order, gpus, strict=True)
                        if (held := known.get(key)) is not g and not _same_identity(held, g)]
         else:

@@ -80,6 +80,10 @@ def test_a_launch_on_slurm_is_one_follower_with_the_script_in_its_environment(tm
     ({"slurm": SlurmSettings(partition="gpu; rm -rf /")}, "partition 'gpu; rm -rf /' is not a valid name"),
     ({"slurm": SlurmSettings(extra=("mem 64G",))}, "is not an sbatch option"),
     ({"slurm": SlurmSettings(extra=("--nodes=4",))}, "sets what Ringscope sets itself"),
+    ({"slurm": SlurmSettings(extra=("#SBATCH -N 4",))}, "sets what Ringscope sets itself"),  # short forms too
+    ({"slurm": SlurmSettings(extra=("-o/tmp/x.out",))}, "sets what Ringscope sets itself"),
+    ({"slurm": SlurmSettings(extra=("-J mine",))}, "sets what Ringscope sets itself"),
+    ({"slurm": SlurmSettings(extra=("--ntasks 8",))}, "sets what Ringscope sets itself"),
     ({"kind": "tf_mirrored", "slurm": SlurmSettings(nodes=2)}, "MirroredStrategy runs on one node"),
     ({"hosts": ("a", "b")}, "clear the hosts list"),
 ])
@@ -145,3 +149,9 @@ def test_the_follower_copies_the_jobs_output_in_whole_lines(tmp_path: Path, caps
         stream.write("ne\nlast words")
     follower.copy_output(final=True)  # the job ended: its last line comes even without a newline
     assert capsys.readouterr().out == "half a line\nlast words\n"
+
+
+def test_extra_sbatch_options_that_only_look_like_ours_are_accepted(tmp_path: Path) -> None:
+    extra = ("--nodelist=node[1-2]", "-c 8", "--ntasks-per-core=1", "#SBATCH --nice=10", "--exclusive")
+    settings = SlurmSettings(extra=extra)
+    assert validate(spec(tmp_path, slurm=settings), ENDPOINT) == []

@@ -41,6 +41,11 @@ def test_runs_of_hosts_and_one_hosts_frame_hold_exactly_its_ranks() -> None:
     np.testing.assert_array_equal(one.heat_comm_exposed_share, snap.heat_comm_exposed_share[8:16])
     assert one.steps_total == snap.steps_total and one.straggler == snap.straggler
     assert rows_of(snap, "nowhere").size == 0 and focus(snap, "nowhere").ranks.size == 0
+    # both timelines draw the same frame: the slice is made once per frame and host, then made anew
+    again = focus(snap, "node1")
+    assert again is focus(snap, "node1") and again is not one
+    later = _store(24, 8).snapshot(now_s=T0 + 4)
+    assert focus(later, "node1") is not again and focus(later, "node1").ranks.tolist() == list(range(8, 16))
 
 
 def test_host_means_skip_missing_values_and_stay_nan_where_a_host_has_none() -> None:
