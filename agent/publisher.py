@@ -442,17 +442,16 @@ class Publisher:
         unacked = self._unacked
         unacked.append((self._seq - 1, payload, now, len(batch)))
         self._unacked_bytes += len(payload)
+        if self._unacked_bytes > UNACKED_MAX_BYTES:  # before the send, which lets other threads read the stats
+            self._forget_unacked(now)
         try:
             socket.send(payload, zmq.NOBLOCK, copy=False)
-            sent = True
         except zmq.Again:
             self._failed_batches += 1
             if self._resend_at is None:
-                self._resend_at = len(unacked) - 1
-            sent = False
-        if self._unacked_bytes > UNACKED_MAX_BYTES:
-            self._forget_unacked(now)
-        return sent
+                self._resend_at = len(unacked) - 1  # this one, the newest
+            return False
+        return True
 
     # ---- Reply path ----------------------------------------------------------------------------------------------
 
