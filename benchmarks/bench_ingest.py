@@ -39,8 +39,10 @@ def block_cost(ranks: int = 1024, steps: int = 10, repeats: int = 20) -> list[di
                                        f"{len(encoded[2]) / len(rows):.0f} bytes per row in the block"}]
 
 
-def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool = False) -> list[dict[str, Any]]:
-    """One run; rows named after its size."""
+def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool = False,
+            ranks_per_agent: int | None = None) -> list[dict[str, Any]]:
+    """One run; rows named after its size. ``ranks_per_agent=1``: an agent per rank, as a DDP job has (the simulator
+    otherwise puts up to 32 ranks on one agent past 64 agents per process): the messages, not the records, cost."""
     keys = CollectorKeys.generate() if secure else None
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.db"
@@ -49,7 +51,8 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
         cpu_start, wall_start = time.process_time(), time.monotonic()
         try:
             result = run_cluster(ranks, endpoint=collector.endpoint, steps_per_second=steps_per_second,
-                                 duration_s=duration_s, keys=keys.agent_keys if keys is not None else None)
+                                 duration_s=duration_s, keys=keys.agent_keys if keys is not None else None,
+                                 ranks_per_agent=ranks_per_agent)
             deadline = time.monotonic() + 30
             while collector.counters.records < result.sent_records and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -59,7 +62,8 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
             recorder.close(60)
         counters = collector.counters
         file_mb = path.stat().st_size / 1e6
-    size = f"{ranks} ranks x {steps_per_second:g} steps/s" + (" (secure)" if secure else "")
+    size = f"{ranks} ranks x {steps_per_second:g} steps/s" + (" (secure)" if secure else "") + \
+        (f", {ranks_per_agent} rank(s) per agent" if ranks_per_agent else "")
     lost = result.sent_records - recorder.rows_written
     return [
         {"benchmark": "ingest", "metric": f"{size}: records recorded per s",
@@ -73,6 +77,10 @@ def measure(ranks: int, steps_per_second: float, duration_s: float, secure: bool
         {"benchmark": "ingest", "metric": f"{size}: collector+recorder CPU per record",
          "value": cpu_s / max(1, recorder.rows_written) * 1e6, "unit": "µs CPU",
          "note": f"{cpu_s:.1f} s CPU in {wall_s:.1f} s incl. simulator start-up; file {file_mb:.0f} MB"},
+        {"benchmark": "ingest", "metric": f"{size}: collector+recorder CPU per message",
+         "value": cpu_s / max(1, counters.messages) * 1e6, "unit": "µs CPU",
+         "note": f"{counters.messages} messages from {result.agents} agents, "
+                 f"{recorder.rows_written / max(1, counters.messages):.1f} records each"},
         {"benchmark": "ingest", "metric": f"{size}: collector+recorder CPU at this rate",
          "value": 100.0 * cpu_s / max(1, recorder.rows_written) * (recorder.rows_written / result.run_s),
          "unit": "% of 1 core", "note": "CPU per record x records per second of the run"},
@@ -130,11 +138,13 @@ def record_cli(ranks: int, steps_per_second: float, duration_s: float) -> list[d
 
 def run(quick: bool = False, ranks: int | None = None, rate: float | None = None) -> list[dict[str, Any]]:
     """Quick: 64 ranks x 100 steps/s for 3 s, plain and secure. Full: also 1024 ranks x 100 steps/s for 5 s, plain
-    and secure. With ``ranks`` (``python -m benchmarks ingest --ranks 16384 --rate 1``): only ``ringscope record``
-    under that many ranks for 30 s."""
+    and secure, and 256 one-rank agents x 20 steps/s for 8 s (about a message per record). With ``ranks``
+    (``python -m benchmarks ingest --ranks 16384 --rate 1``): only ``ringscope record`` under that many ranks for
+    30 s."""
     if ranks is not None:
         return record_cli(ranks, rate or 1.0, 30.0)
     rows = measure(64, 100, 3.0) + measure(64, 100, 3.0, secure=True) + block_cost()
     if not quick:
         rows += measure(1024, 100, 5.0) + measure(1024, 100, 5.0, secure=True)
+        rows += measure(256, 20, 8.0, ranks_per_agent=1)
     return rows
