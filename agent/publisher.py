@@ -374,8 +374,8 @@ class Publisher:
             acked = self._acked_seq
             if socket.poll(50, zmq.POLLIN):
                 self._receive_control(socket)  # acks; a request answered now puts its answer in the queue
-            if self._has_pending() and socket.poll(0, zmq.POLLOUT):
-                self._drain(socket)  # the answer goes too (and waits for its ack like the rest)
+            if (self._has_pending() or self._resend_at is not None) and socket.poll(0, zmq.POLLOUT):
+                self._drain(socket)  # the answer goes too (and waits for its ack like the rest), as does a refused send
             if self._acked_seq > acked:
                 stall_at = time.monotonic() + CLOSE_ACK_STALL_S
         self._drop_pending()
