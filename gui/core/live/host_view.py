@@ -62,20 +62,24 @@ def rows_of(snap: Snapshot, host: str) -> np.ndarray:
     return np.flatnonzero(np.asarray(snap.hosts, dtype=object) == host)
 
 
-_last_focus: list[tuple[Snapshot, str, Snapshot]] = []
+_last_focus: dict[tuple[str, int, float, str], Snapshot] = {}
+"""The last slice, by (run, version, time, host) of the frame it came from: the frame itself is not held (at 8 192
+ranks its heat maps are tens of MB, kept for as long as nobody drilled down again)."""
 
 
 def focus(snap: Snapshot, host: str) -> Snapshot:
     """``snap`` with only the ranks of ``host``: the drill-down's frame (the cluster-wide figures stay whole, so the
     straggler named is still the run's; it is marked only when it runs on this host). The last one is kept: every
     view that draws the same frame (both timelines) gets the same slice, made once."""
-    if _last_focus and _last_focus[0][0] is snap and _last_focus[0][1] == host:
-        return _last_focus[0][2]
+    key = (snap.run_id, snap.version, snap.now_s, host)
+    if key in _last_focus:
+        return _last_focus[key]
     rows = rows_of(snap, host)
     sliced: dict[str, Any] = {name: readonly(getattr(snap, name)[rows]) for name in _PER_RANK}
     focused = dataclasses.replace(snap, **sliced, hosts=tuple(snap.hosts[i] for i in rows.tolist()),
                                   state=tuple(snap.state[i] for i in rows.tolist()))
-    _last_focus[:] = [(snap, host, focused)]
+    _last_focus.clear()
+    _last_focus[key] = focused
     return focused
 
 
