@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 
 from ringscope.agent.schema import field_doc
 from ringscope.gui.core.live.gpu_summary import SUMMARY_ABOVE, WINDOW_S, summarize
 from ringscope.gui.core.live.snapshot import GpuSummary
 from ringscope.gui.core.live.store import Snapshot
 from ringscope.gui.views import theme
-from ringscope.gui.views.qt_plot_tools import HoverReadout, label_rows, make_plot, set_range
+from ringscope.gui.views.qt_plot_tools import Bars, HoverReadout, label_rows, make_plot, set_range
 from ringscope.gui.views.qt_time_range import clock_text, run_origin, time_plot
 
 MAX_LINES = SUMMARY_ABOVE  # more GPUs than this: the store's summary (median and p5-p95 band), not a line each
@@ -52,9 +52,9 @@ class QtGpuPanel(QtWidgets.QWidget):
         self.bars_plot.setYRange(0, 100, padding=0.02)
         # Every bar in util_bars; the idle ones drawn again on top in red. Two one-brush items are drawn with one
         # drawRects call each, where a brush per bar is a Python fillRect per bar (1024 GPUs: ~10 ms a repaint).
-        self.util_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=theme.PHASE_COLORS["compute"], pen=None)
-        self.idle_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=theme.ALERT_COLOR, pen=None)
-        self.mem_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush="#9c755f", pen=None)
+        self.util_bars = Bars(x=[], height=[], width=0.4, brush=theme.PHASE_COLORS["compute"], pen=None)
+        self.idle_bars = Bars(x=[], height=[], width=0.4, brush=theme.ALERT_COLOR, pen=None)
+        self.mem_bars = Bars(x=[], height=[], width=0.4, brush="#9c755f", pen=None)
         self.bars_plot.addItem(self.util_bars)
         self.bars_plot.addItem(self.idle_bars)
         self.bars_plot.addItem(self.mem_bars)
@@ -80,6 +80,7 @@ class QtGpuPanel(QtWidgets.QWidget):
         self._labels_for_cpu: bool | None = None
         self._names_key: tuple[tuple[str, int, int | None], ...] = ()
         self._names: list[str] = []
+        self._band_shown = False  # the median line and p5-p95 band (many GPUs) are drawn, not a line per GPU
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -168,25 +169,39 @@ class QtGpuPanel(QtWidgets.QWidget):
             self.lines.append(line)
         for line in self.lines[len(series):]:
             line.setData([], [])
-        self.band_low.setData([], [])
-        self.band_high.setData([], [])
+        if self._band_shown:
+            self._band_shown = False
+            self._set_band(np.zeros(0), np.zeros(0), np.zeros(0))
         for i, (line, (ts, values)) in enumerate(zip(self.lines, series, strict=False)):
             line.setPen(pg.mkPen(theme.rank_color(i, MAX_LINES), width=1.5))
             line.setData((ts - origin).astype(np.float64), values)
 
     def _render_band(self, summary: GpuSummary, origin: float) -> None:
         """Many GPUs: the median line and the p5-p95 band of the last ``WINDOW_S`` seconds (built by the store)."""
-        self._render_lines([], origin)
-        if not self.lines:
-            line = pg.PlotDataItem([], [], connect="finite")
-            self.series_plot.addItem(line)
-            self.lines.append(line)
+        if not self._band_shown:  # from a line per GPU: those lines go, the first one becomes the median
+            for line in self.lines[1:]:
+                line.setData([], [])
+            if not self.lines:
+                line = pg.PlotDataItem([], [], connect="finite")
+                self.series_plot.addItem(line)
+                self.lines.append(line)
+            self.lines[0].setPen(pg.mkPen(theme.PHASE_COLORS["compute"], width=2))
+            self._band_shown = True
         low, mid, high = summary.band
         x = np.arange(-WINDOW_S, 0, dtype=np.float64) + 0.5 + (summary.end_s - origin)
         self.lines[0].setData(x, mid)
-        self.lines[0].setPen(pg.mkPen(theme.PHASE_COLORS["compute"], width=2))
-        self.band_low.setData(x, np.nan_to_num(low))
-        self.band_high.setData(x, np.nan_to_num(high))
+        self._set_band(x, np.nan_to_num(low), np.nan_to_num(high))
+
+    def _set_band(self, x: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+        """Both edges of the band, with one rebuild of the fill between them (each edge's change rebuilds it)."""
+        self.band_low.blockSignals(True)
+        try:
+            self.band_low.setData(x, low)
+        finally:
+            self.band_low.blockSignals(False)
+        self.band_high.setData(x, high)
+        if not x.size:  # an empty edge only hides its curve, which keeps its path: the fill would stay drawn
+            self.band.setPath(QtGui.QPainterPath())
 
     def _describe_bar(self, x: float, y: float) -> str | None:
         i = round(x)

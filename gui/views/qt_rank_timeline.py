@@ -120,11 +120,12 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.bands_plot.setYRange(0, 100, padding=0.02)
         self.bands_plot.setMinimumHeight(90)
         self.bands_plot.setMaximumHeight(120)
-        self.p50 = pg.PlotDataItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=2), connect="finite")
-        self.p5 = pg.PlotDataItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=1,
-                                                       style=QtCore.Qt.PenStyle.DotLine), connect="finite")
-        self.p95 = pg.PlotDataItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=1,
+        # curves, not PlotDataItems: the wrapper's setData costs as much again, three times a heatmap render
+        self.p50 = pg.PlotCurveItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=2), connect="finite")
+        self.p5 = pg.PlotCurveItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=1,
                                                         style=QtCore.Qt.PenStyle.DotLine), connect="finite")
+        self.p95 = pg.PlotCurveItem([], [], pen=pg.mkPen(theme.PHASE_COLORS[metric], width=1,
+                                                         style=QtCore.Qt.PenStyle.DotLine), connect="finite")
         for item in (self.p5, self.p50, self.p95):
             self.bands_plot.addItem(item)
         self.top = QtWidgets.QListWidget()
@@ -313,7 +314,8 @@ class QtRankTimeline(QtWidgets.QWidget):
             self.sampling_note.setText(note)
             self.sampling_note.setToolTip(note)
         for item, values in zip((self.p5, self.p50, self.p95), cols.percentiles, strict=True):
-            item.setData(self._x, values)
+            if not (_same(item.xData, self._x) and _same(item.yData, values)):  # a redraw only for what moved
+                item.setData(self._x, values.copy())  # copied: ``values`` is updated in place at the next frame
         texts = ["highest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks()]
         texts += ["lowest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks(lowest=True)]
         if texts != [self.top.item(i).text() for i in range(self.top.count())]:
@@ -454,6 +456,11 @@ class QtRankTimeline(QtWidgets.QWidget):
             return None
         col = int(np.argmin(np.abs(self._x - x)))
         return col if abs(self._x[col] - x) <= self._snap.bucket_s else None
+
+
+def _same(held: np.ndarray | None, values: np.ndarray) -> bool:
+    """True when a curve already shows ``values`` (NaN where they have NaN)."""
+    return held is not None and held.shape == values.shape and np.array_equal(held, values, equal_nan=True)
 
 
 class _HeatColumns:

@@ -13,7 +13,7 @@ from PySide6 import QtWidgets
 
 from ringscope.gui.core.live.store import PHASES, STATE_LOST, Snapshot
 from ringscope.gui.views import theme
-from ringscope.gui.views.qt_plot_tools import HoverReadout, format_seconds, label_rows, make_plot, set_range
+from ringscope.gui.views.qt_plot_tools import Bars, HoverReadout, format_seconds, label_rows, make_plot, set_range
 from ringscope.gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MANY_RANKS = 256
@@ -46,7 +46,7 @@ class QtStepBreakdown(QtWidgets.QWidget):
                                                         "(1 s, wider once a long run outgrew the ring), stacked by "
                                                         "phase. Wheel or drag to zoom and pan; double-click to "
                                                         "follow live.")
-        self.columns = {p: pg.BarGraphItem(x=[], height=[], width=0.8, brush=theme.PHASE_COLORS[p], pen=None)
+        self.columns = {p: Bars(x=[], height=[], width=0.8, brush=theme.PHASE_COLORS[p], pen=None)
                         for p in PHASES}
         for item in self.columns.values():
             self.columns_plot.addItem(item)
@@ -55,7 +55,7 @@ class QtStepBreakdown(QtWidgets.QWidget):
         self.columns_plot.addItem(self.step_line)
         self.ranks_plot = make_plot("rank", None, "mean step time (last 20 steps)", "s",
                                     "One bar per rank, stacked by phase: the odd rank jumps out.")
-        self.bars = {p: pg.BarGraphItem(x0=[], y=[], width=[], height=0.8, brush=theme.PHASE_COLORS[p], pen=None)
+        self.bars = {p: Bars(x0=[], y=[], width=[], height=0.8, brush=theme.PHASE_COLORS[p], pen=None)
                      for p in PHASES}
         for item in self.bars.values():
             self.ranks_plot.addItem(item)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from PySide6 import QtCore
 
 from ringscope.agent import wire
-from ringscope.agent.schema import Step
+from ringscope.agent.schema import GpuSample, Step
 from ringscope.gui.core.live.gpu_summary import WINDOW_S, bin_series
 from ringscope.gui.core.live.host_view import fold_rows
 from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.views.qt_gpu_panel import MAX_LINES, QtGpuPanel
+from ringscope.gui.views.qt_plot_tools import Bars, make_plot
 from ringscope.gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
 from ringscope.gui.views.qt_ranks_table import COLUMNS, RanksTableModel
 
@@ -54,6 +57,11 @@ def test_heatmap_updated_column_by_column_equals_a_full_redraw(qtbot, metric: st
         np.testing.assert_array_equal(view._cols.image, full.image)
         np.testing.assert_array_equal(view._cols.has_data, full.has_data)
         np.testing.assert_array_equal(view._cols.percentiles, full.percentiles)
+        for curve, values in zip((view.p5, view.p50, view.p95), full.percentiles, strict=True):
+            # the curves show this frame's percentiles, in arrays of their own (the columns change in place, and
+            # a curve that held them would look unchanged and never be redrawn)
+            np.testing.assert_array_equal(curve.yData, values)
+            assert not np.shares_memory(curve.yData, view._cols.percentiles)
         # more rows than pixels: the fold, kept column by column too, equals folding the whole image
         typical = np.rint(np.nan_to_num(full.percentiles[1], nan=0.0) * 2.54)
         np.testing.assert_array_equal(view._cols.folded(7), fold_rows(full.image, 7, typical))
@@ -148,3 +156,65 @@ def test_a_many_rank_legend_is_short_and_never_widens_the_window(qtbot) -> None:
     shown = [int(rank) for rank in re.findall(r"rank&nbsp;(\d+)", text)]
     assert shown == [0, 1, 2, 3, 4, 5, 15] and "…" in text, text
     assert view.minimumSizeHint().width() < 600  # 16 entries side by side made the window 2 450 px wide
+
+
+def _gpu_store(gpus: int, end: float) -> LiveStore:
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    _steps(store, list(range(gpus)), end, 1, np.random.default_rng(3))
+    samples = [GpuSample(end - 60.0 + s, "node-a", i, rank=i, util_pct=float((7 * i + s) % 100),
+                         mem_used_bytes=(i + 1) * 2**30, mem_total_bytes=80 * 2**30)
+               for s in range(60) for i in range(gpus)]
+    store.on_batch(wire.decode(wire.encode("a", 2, end, samples)), end)
+    return store
+
+
+def test_gpu_panel_band_and_lines_replace_each_other_with_nothing_left_over(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Many GPUs draw the store's median and p5-p95 band; few GPUs a line each. The band's edges are set with one
+    rebuild of its fill, and switching modes leaves nothing of the other drawn."""
+    panel = QtGpuPanel()
+    qtbot.addWidget(panel)
+    few, many = _gpu_store(3, T0).snapshot(now_s=T0), _gpu_store(MAX_LINES + 12, T0).snapshot(now_s=T0)
+    assert many.gpu_summary is not None and few.gpu_summary is None
+    fills = []
+    panel.band_high.sigPlotChanged.connect(lambda *_: fills.append(panel.band.path().elementCount()))
+    for snap in (many, few, many):
+        panel.reset()
+        before = len(fills)
+        panel.render(snap)
+        drawn = [line for line in panel.lines if line.yData is not None and line.yData.size]
+        if snap is many:
+            low, mid, high = snap.gpu_summary.band
+            assert len(drawn) == 1  # the median, not a line per GPU
+            np.testing.assert_array_equal(drawn[0].yData, mid)
+            np.testing.assert_array_equal(panel.band_low.yData, np.nan_to_num(low))
+            np.testing.assert_array_equal(panel.band_high.yData, np.nan_to_num(high))
+            assert len(fills) == before + 1 and fills[-1] > 0  # one rebuild of the fill, from both new edges
+            assert panel.band.path().boundingRect().height() > 0
+        else:
+            assert len(drawn) == 3  # a line each
+            assert all(edge.yData is None or edge.yData.size == 0 for edge in (panel.band_low, panel.band_high))
+            assert panel.band.path().isEmpty()
+
+
+def test_bars_keep_their_bounds_only_until_the_data_or_the_view_changes(qtbot) -> None:  # type: ignore[no-untyped-def]
+    widget = make_plot("y", None, "x", None)
+    qtbot.addWidget(widget)
+    widget.resize(400, 300)
+    widget.show()
+    bars = Bars(x=[0, 1, 2], height=[10, 20, 30], width=0.8, brush="r", pen=None)
+    widget.addItem(bars)
+    widget.setXRange(-1, 3, padding=0)
+    widget.setYRange(0, 40, padding=0)
+    qtbot.waitExposed(widget)
+
+    def uncached() -> QtCore.QRectF:
+        return pg.BarGraphItem.boundingRect(bars)
+
+    assert bars.boundingRect() == uncached()
+    bars.setOpts(x=[0, 1, 2, 5], height=[10, 20, 30, 90], width=0.8)
+    assert bars.boundingRect() == uncached()
+    assert bars.boundingRect().bottom() >= 90
+    wide = bars.boundingRect()
+    widget.setYRange(0, 400, padding=0)  # pixels are larger in data units: the pen's padding grows
+    QtCore.QCoreApplication.processEvents()
+    assert bars.boundingRect() == uncached() != wide
