@@ -52,7 +52,7 @@ class QtRankTimeline(QtWidgets.QWidget):
     def __init__(self, metric: str) -> None:
         super().__init__()
         title, self._field, doc = METRICS[metric]
-        self.metric = metric
+        self.metric_name = metric  # not ``metric``: that is QWidget.metric(), which Qt calls (e.g. grab())
         tooltip = (f"{doc}\nShown as a share of each step's time, per time bucket (mean of the steps that ended in "
                    "it; 1 s, wider once a long run outgrew the ring). Hover a line or cell for the rank, time and "
                    "exact value; lost ranks are grey and dashed. Wheel or drag to zoom and pan; double-click to "
@@ -104,6 +104,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         self.no_data.setZValue(-10)
         self.heat_plot.addItem(self.no_data)
         self.image = pg.ImageItem(axisOrder="row-major")
+        self.indices = np.zeros((0, 0), np.uint8)  # what the image shows, as indices into ``_lut`` (255: no data)
         self.heat_plot.addItem(self.image)
         colormap = pg.colormap.get(theme.HEAT_COLORMAP)
         self.colorbar = pg.ColorBarItem(values=(0, 100), colorMap=colormap, label="share of step (%)",
@@ -295,7 +296,10 @@ class QtRankTimeline(QtWidgets.QWidget):
         rows = cols.image.shape[0]
         pixels = int(self.heat_plot.getPlotItem().vb.height())
         # more rows than pixels: each pixel row shows the most unusual row of its block, not every n-th row
-        self.image.setImage(cols.folded(pixels), autoLevels=False, levels=(0, 255), lut=self._lut)
+        self.indices = cols.folded(pixels)
+        # coloured here (a 256-entry take): given the LUT, pyqtgraph rebuilds a Qt colour table with a Python call
+        # per entry on every image (~0.5 ms a render, twice a frame)
+        self.image.setImage(self._lut[self.indices], autoLevels=False, levels=None)
         x0 = float(self._x[0] - snap.bucket_s / 2) if t else 0.0
         rect = QtCore.QRectF(x0, 0, t * snap.bucket_s, rows)
         self.image.setRect(rect)
@@ -395,7 +399,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         if not np.isfinite(values).any():
             return head + "no data"
         low, high = int(np.nanargmin(values)), int(np.nanargmax(values))
-        name = METRICS[self.metric][0].split(" per")[0]
+        name = METRICS[self.metric_name][0].split(" per")[0]
         return (head + f"{name}: mean {np.nanmean(values):.1f} % of step over {int(np.isfinite(values).sum())} "
                 f"ranks\nlowest: rank {int(ranks[low])} {values[low]:.1f} %, highest: rank {int(ranks[high])} "
                 f"{values[high]:.1f} %\nclick: show this host's ranks")
@@ -449,7 +453,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         return (f"rank {int(self._snap.ranks[row])} ({state}){' on ' + host if host else ''}\n"
                 f"at {clock_text(self._x[col])} since run start "
                 f"({self._snap.bucket_s:g} s bucket)\n"
-                f"{METRICS[self.metric][0].split(' per')[0]}: {shown}")
+                f"{METRICS[self.metric_name][0].split(' per')[0]}: {shown}")
 
     def _column(self, x: float) -> int | None:
         if self._x.size == 0 or self._snap is None:

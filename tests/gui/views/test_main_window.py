@@ -77,7 +77,8 @@ def test_many_ranks_switch_to_heatmap_bands_and_top_list(window) -> None:  # typ
     win = window(store)
     win.render_frame()
     assert win.stall.heatmap_mode and win.data_idle.heatmap_mode
-    image = win.stall.image.image  # uint8 indices into the heat LUT; 255 = no data
+    image = win.stall.indices  # uint8 indices into the heat LUT; 255 = no data
+    np.testing.assert_array_equal(win.stall.image.image, win.stall._lut[image])  # drawn in the LUT's colours
     assert image.shape[0] == 40
     assert (image == 255).any()  # buckets before the first step are drawn as "no data", not as 0
     assert image[image != 255].max() == round(30.0 * 2.54)  # 0.03 s of a 0.1 s step = 30 %
