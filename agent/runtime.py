@@ -18,6 +18,9 @@ Environment (a launcher sets these so the agents it starts reach its window):
 * ``RINGSCOPE_ATTEMPT``   which start of the run this process belongs to (set by restart supervisors;
   ``current_attempt``), sent in the Hello
 * ``RINGSCOPE_HOST`` the host name to report (default: the hostname); set per node where nodes share one hostname
+* ``RINGSCOPE_SIGTERM_FLUSH=0`` leave SIGTERM alone. By default an agent started on the main thread of a process
+  whose SIGTERM is untouched sends what it holds when SIGTERM comes (at most 1 s, even while the training thread is
+  blocked in a collective), then the process ends as SIGTERM would have ended it (``ringscope.agent.termination``)
 
 Every agent sends a heartbeat per rank about once a second from its own thread (``ringscope.agent.heartbeat``): where
 the rank
@@ -42,7 +45,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ringscope.agent import control
+from ringscope.agent import control, termination
 from ringscope.agent.devices import DeviceProbe, DeviceSampler, host_name
 from ringscope.agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
 from ringscope.agent.heartbeat import HeartbeatThread, Position, dump_threads
@@ -236,6 +239,7 @@ class Agent:
         ``report=False`` leaves saying what the collector did not confirm to the caller (``Publisher.close``)."""
         if self._publisher is None:
             return
+        termination.unregister(self)
         if self._heartbeat is not None:
             self._heartbeat.close()
         if finished:
@@ -243,6 +247,14 @@ class Agent:
         if self._sampler is not None:
             self._sampler.close()
         self._publisher.close(timeout_s, report=report)
+
+    def _terminated(self, timeout_s: float) -> None:
+        """The process got SIGTERM (``termination``): say so, and hand over what is held within ``timeout_s``."""
+        if self._publisher is None:
+            return
+        self.event(EventKind.WARNING, rank=self.identity.rank,
+                   text="SIGTERM: this process is being stopped; the agent sent what it held")
+        self._publisher.close(timeout_s)
 
     def __enter__(self) -> Agent:
         return self
@@ -335,6 +347,7 @@ def start(
         probe = DeviceProbe(gpu_indices, rank_of_gpu)
         sampler = DeviceSampler(probe, publisher.put, interval).start()
     agent = Agent(identity, publisher, sampler, HEARTBEAT_INTERVAL_S if heartbeat else None)
+    termination.register(agent, agent._terminated)  # torchrun's teardown must not lose the last steps
     agent.event(EventKind.STARTED, rank=rank)
     return agent
 

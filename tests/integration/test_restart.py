@@ -70,10 +70,10 @@ def _info(path: Path) -> dict[str, object]:
 
 def test_hang_then_kill_restarts_twice_and_completes(recorder: tuple[str, Path], tmp_path: Path) -> None:
     endpoint, path = recorder
-    # 20 ms of data wait a step: at the bare ~2.5 ms a step, attempt 2 ran its 80 steps in ~0.25 s and the ~50 steps
-    # rank 0 still held unsent when torchrun tore it down after rank 1's SIGKILL were lost (recorded: reached 66)
-    done = _run(endpoint, tmp_path, _trainer(tmp_path, "--fault", "hang:1:50:1", "--fault", "kill:1:120:2",
-                                             "--data-delay-ms", "20"),
+    # At ~2.5 ms a step, attempt 2 runs its 80 steps in ~0.25 s, and torchrun tears rank 0 down (SIGTERM) right
+    # after rank 1's SIGKILL: what rank 0 still holds then reaches the recording only through the agent's SIGTERM
+    # flush (``ringscope.agent.termination``; before it, a clean-clone run recorded attempt 2 as reaching 66)
+    done = _run(endpoint, tmp_path, _trainer(tmp_path, "--fault", "hang:1:50:1", "--fault", "kill:1:120:2"),
                 "--restart", "hang,failure,lost", "--max-restarts", "3")
     assert done.returncode == 0, done.stderr[-4000:]
     assert "attempt 1: the run hung" in done.stderr
