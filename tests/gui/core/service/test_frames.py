@@ -133,3 +133,28 @@ def test_many_gpus_travel_as_their_summary_and_a_series_only_when_its_identity_c
     again, frame = _send(encoder, decoder, store.snapshot(now_s=now + 2.1))
     assert frame["same_gpu_summary"] and frame["gpu_summary"] is None
     assert again.gpu_summary is decoded.gpu_summary
+
+
+def test_columns_without_a_value_do_not_travel() -> None:
+    """A run's first steps advance the ring over every column, which empties and stamps them all: only the columns
+    that hold a value travel, and the window still gets the store's snapshot exactly."""
+    buckets = 40
+    store = LiveStore(bucket_s=1.0, buckets=buckets)
+    for r in range(8):
+        store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), T0)
+    encoder, decoder = FrameEncoder(gpu_every_s=0.0), FrameDecoder()
+    _send(encoder, decoder, store.snapshot(now_s=T0))  # before any step: no column written
+    for r in range(8):
+        store.on_batch(batch(f"a{r}", [step(r, 0, T0 + 0.5), step(r, 1, T0 + 1.5)], seq=1), T0 + 1.5)
+    snap = store.snapshot(now_s=T0 + 1.6)
+    assert np.count_nonzero(snap.bucket_stamp) == buckets  # every column emptied and stamped
+    decoded, frame = _send(encoder, decoder, snap)
+    assert frame["base"] and frame["heat_send"].size == 2  # the two buckets the steps are in, not all 40
+    assert frame["heat"]["heat_comm_exposed_share"].shape == (8, 2)
+    assert_same_snapshot(decoded, snap)
+    for r in range(8):  # the next frame: the held NaN columns are taken by stamp, the new one travels
+        store.on_batch(batch(f"a{r}", [step(r, 2, T0 + 2.5)], seq=2), T0 + 2.5)
+    snap = store.snapshot(now_s=T0 + 2.6)
+    decoded, frame = _send(encoder, decoder, snap)
+    assert frame["heat_send"].size <= 2
+    assert_same_snapshot(decoded, snap)
