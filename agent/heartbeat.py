@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import FrameType
 from typing import Any, Final
 
@@ -99,15 +99,15 @@ class HeartbeatThread(BackgroundThread):
         """Build (and send) one round of heartbeats now; returns them (the thread calls this every interval)."""
         now = time.time() if now_s is None else now_s
         dump, self._dump_requested = self._dump_requested, False
-        frames: dict[int, list[FrameType]] | None = None
+        states = [(position, position.phase, position.since_s, position.step, position.bucket, position.thread_id)
+                  for position in self._positions]
+        due = {thread for position, _, since, _, _, thread in states
+               if thread is not None and (dump or self._stack_due(position.rank, since, now))}
+        frames = thread_stacks(only=due) if due else {}  # one snapshot of the threads due, for this round
         beats = []
-        for position in self._positions:
-            phase, since, step, bucket, thread = (position.phase, position.since_s, position.step, position.bucket,
-                                                  position.thread_id)
+        for position, phase, since, step, bucket, thread in states:
             stack = None
-            if thread is not None and (dump or self._stack_due(position.rank, since, now)):
-                if frames is None:
-                    frames = thread_stacks()  # one snapshot of every thread's frames for this round
+            if thread in due:
                 stack = _format_stack(frames.get(thread))
                 self._last_stack[position.rank] = (since, now)
             beats.append(Heartbeat(now, position.rank, phase, since, step, bucket, stack))
@@ -134,8 +134,9 @@ _SUSPENDABLE: Final[int] = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect
 _STACK_TRIES: Final[int] = 5
 
 
-def thread_stacks() -> dict[int, list[FrameType]]:
-    """Every Python thread's frames now, outermost first, walked from this thread while the others run.
+def thread_stacks(only: Collection[int] | None = None) -> dict[int, list[FrameType]]:
+    """Every Python thread's frames now (``only``: those threads'), outermost first, walked from this thread while
+    the others run.
 
     A walk follows ``f_back`` one frame at a time and may lose the GIL between two: a generator that yields meanwhile
     has no caller any more (``f_back`` None), and the walk ends there, the thread's outer frames lost (seen as a
@@ -146,6 +147,8 @@ def thread_stacks() -> dict[int, list[FrameType]]:
     for _ in range(_STACK_TRIES):
         torn = False
         for ident, frame in sys._current_frames().items():
+            if only is not None and ident not in only:
+                continue
             known = stacks.get(ident)
             if known is not None and not _torn(known):
                 continue

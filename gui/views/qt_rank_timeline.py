@@ -10,6 +10,8 @@ ranks table). Owns its plot items only; redrawn from snapshots.
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,9 @@ MAX_HOST_BANDS = 64  # more hosts than this: no host lines (they would be closer
 MAX_HOST_LABELS = 12  # up to this many hosts, their names label the rank axis
 TOP_N = 8
 RECENT_BUCKETS = 10
+TOP_INTERVAL_S = 0.25
+"""The highest / lowest list is rewritten at most this often (it is read, not watched, like the cards' numbers; at
+1 024 ranks rewriting it every heat map render repainted two lists ~30 times a second, 0.8 ms each)."""
 
 METRICS = {
     "comm_exposed": ("AllReduce stall per rank", "heat_comm_exposed_share", field_doc("comm_exposed_s")),
@@ -162,6 +167,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._runs = HostRuns(np.zeros(0, np.int64), ())  # the hosts of the full snapshot, in row order
         self._box_names: tuple[str, ...] = ()
         self._by_host: HostRuns | None = None  # the heatmap's rows are these hosts (None: a row per rank)
+        self._top_shown_s = -math.inf  # when the highest / lowest list was last rewritten (monotonic)
         self.heat_plot.scene().sigMouseClicked.connect(self._heat_clicked)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
@@ -181,6 +187,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         if host == self._focus:
             return
         self._focus = host
+        self._top_shown_s = -math.inf  # another set of ranks: their list at once
         self._sync_box()
         if self._full is not None:
             self.render(self._full)
@@ -222,6 +229,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._cols = _HeatColumns()
         self._legend_key = ()
         self._snap = self._full = None
+        self._top_shown_s = -math.inf
 
     def top_ranks(self, *, lowest: bool = False) -> list[tuple[int, float]]:
         """(rank, share %) of the highest (or lowest) ranks over the last buckets, as the list shows them."""
@@ -320,11 +328,22 @@ class QtRankTimeline(QtWidgets.QWidget):
         for item, values in zip((self.p5, self.p50, self.p95), cols.percentiles, strict=True):
             if not (_same(item.xData, self._x) and _same(item.yData, values)):  # a redraw only for what moved
                 item.setData(self._x, values.copy())  # copied: ``values`` is updated in place at the next frame
+        now = time.monotonic()
+        if now - self._top_shown_s >= TOP_INTERVAL_S:
+            self._top_shown_s = now
+            self._show_top()
+
+    def _show_top(self) -> None:
         texts = ["highest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks()]
         texts += ["lowest:"] + [f"  rank {rank}: {share:.1f} %" for rank, share in self.top_ranks(lowest=True)]
-        if texts != [self.top.item(i).text() for i in range(self.top.count())]:
+        if self.top.count() != len(texts):
             self.top.clear()
             self.top.addItems(texts)
+            return
+        for i, text in enumerate(texts):  # in place: only the rows whose text changed are repainted
+            item = self.top.item(i)
+            if item.text() != text:
+                item.setText(text)
 
     def _draw_host_bands(self, snap: Snapshot, by_host: HostRuns | None) -> None:
         """A dashed line between the rows of consecutive hosts and, up to ``MAX_HOST_LABELS`` hosts, the hosts'

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import zmq
 
 from ringscope.agent import runtime, wire
-from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE, HeartbeatThread, Position, dump_threads
+from ringscope.agent.heartbeat import COLLECTIVE, COMPUTE, HeartbeatThread, Position, dump_threads, thread_stacks
 from ringscope.agent.schema import Heartbeat
 
 
@@ -41,6 +41,9 @@ def test_a_rank_stuck_in_one_phase_gets_its_stack_sent_once_per_episode() -> Non
         [dumped] = beats.beat(now_s=since + 7.5)
         assert dumped.stack is not None  # on demand
         assert sent == [fresh, stuck, again, dumped]
+        # a round walks only the threads whose stacks it sends (the stuck rank's), not every thread of the process
+        assert set(thread_stacks(only={worker.ident})) == {worker.ident}
+        assert {worker.ident, threading.get_ident()} <= set(thread_stacks())
     finally:
         release.set()
         worker.join(5)

@@ -16,7 +16,7 @@ from ringscope.gui.core.live.host_view import fold_rows
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.views.qt_gpu_panel import MAX_LINES, QtGpuPanel
 from ringscope.gui.views.qt_plot_tools import Bars, make_plot
-from ringscope.gui.views.qt_rank_timeline import QtRankTimeline, _HeatColumns
+from ringscope.gui.views.qt_rank_timeline import TOP_INTERVAL_S, QtRankTimeline, _HeatColumns
 from ringscope.gui.views.qt_ranks_table import COLUMNS, RanksTableModel
 
 T0 = 1_700_000_000.0
@@ -218,3 +218,26 @@ def test_bars_keep_their_bounds_only_until_the_data_or_the_view_changes(qtbot) -
     widget.setYRange(0, 400, padding=0)  # pixels are larger in data units: the pen's padding grows
     QtCore.QCoreApplication.processEvents()
     assert bars.boundingRect() == uncached() != wide
+
+
+def test_the_highest_and_lowest_list_is_rewritten_a_few_times_a_second(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The list is read, not watched: a render within ``TOP_INTERVAL_S`` of the last rewrite leaves it, a later one
+    rewrites it (in place) from the frame it draws."""
+    view = QtRankTimeline("comm_exposed")
+    qtbot.addWidget(view)
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    rng = np.random.default_rng(11)
+    ranks = list(range(40))
+    for k in range(3):
+        _steps(store, ranks, T0 + k, k + 1, rng)
+    view.render(store.snapshot(now_s=T0 + 3))
+    shown = [view.top.item(i).text() for i in range(view.top.count())]
+    expected = [f"  rank {rank}: {share:.1f} %" for rank, share in view.top_ranks()]
+    assert shown[0] == "highest:" and shown[1:1 + len(expected)] == expected
+    _steps(store, ranks, T0 + 3.5, 4, rng)  # new shares
+    view.render(store.snapshot(now_s=T0 + 3.6))
+    assert [view.top.item(i).text() for i in range(view.top.count())] == shown  # too soon: the list stays
+    view._top_shown_s -= TOP_INTERVAL_S  # as if a quarter of a second had passed
+    view.render(store.snapshot(now_s=T0 + 3.7))
+    fresh = [f"  rank {rank}: {share:.1f} %" for rank, share in view.top_ranks()]
+    assert [view.top.item(i).text() for i in range(1, 1 + len(fresh))] == fresh != expected
