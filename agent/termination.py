@@ -127,15 +127,22 @@ def _end(*, on_main_thread: bool) -> None:
         with _lock:
             flushes = list(_flushes.values())
             _flushes.clear()
-        for flush in flushes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                flush(left)
-            except Exception:  # the process is ending anyway: it must end
-                log.exception("ringscope: flushing telemetry at SIGTERM failed")
+        # side by side: each waits for its collector's acknowledgement, and one slow agent must not leave the
+        # others of the process (a simulator's, a MirroredStrategy worker's) no time
+        threads = [threading.Thread(target=_flush, args=(flush, FLUSH_S), name="ringscope-sigterm-flush",
+                                    daemon=True) for flush in flushes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
     _die(on_main_thread)
+
+
+def _flush(flush: Flush, seconds: float) -> None:
+    try:
+        flush(seconds)
+    except Exception:  # the process is ending anyway: it must end
+        log.exception("ringscope: flushing telemetry at SIGTERM failed")
 
 
 def _die(on_main_thread: bool) -> None:

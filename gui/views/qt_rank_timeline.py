@@ -19,17 +19,10 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ringscope.agent.schema import field_doc
-from ringscope.gui.core.analysis.quantiles import column_percentiles
-from ringscope.gui.core.live.host_view import (
-    HOST_ROWS_ABOVE,
-    HostRuns,
-    focus,
-    fold_rows,
-    host_means,
-    host_runs,
-)
+from ringscope.gui.core.live.host_view import HOST_ROWS_ABOVE, HostRuns, focus, host_runs
 from ringscope.gui.core.live.store import STATE_LOST, Snapshot
 from ringscope.gui.views import theme
+from ringscope.gui.views.heat_columns import HeatColumns, same_values
 from ringscope.gui.views.qt_plot_tools import HoverReadout, set_range
 from ringscope.gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
@@ -160,7 +153,7 @@ class QtRankTimeline(QtWidgets.QWidget):
         self._recent = np.zeros(0)
         # Per-bucket results of the last heatmap, by the bucket's stamp (it changes whenever the column does): a
         # frame recomputes only the columns that changed (~1 of 300), not 300 k cells.
-        self._cols = _HeatColumns()
+        self._cols = HeatColumns()
         self._host_key: tuple[object, ...] = ()  # the host bands drawn (row starts, names); () = none
         self._host_items: list[pg.GraphicsObject] = []
         self._focus: str | None = None  # the host drilled down to (None: every host)
@@ -226,7 +219,7 @@ class QtRankTimeline(QtWidgets.QWidget):
 
     def reset(self) -> None:
         """Forget what was drawn (another run is shown now: its bucket stamps mean nothing here)."""
-        self._cols = _HeatColumns()
+        self._cols = HeatColumns()
         self._legend_key = ()
         self._snap = self._full = None
         self._top_shown_s = -math.inf
@@ -326,7 +319,8 @@ class QtRankTimeline(QtWidgets.QWidget):
             self.sampling_note.setText(note)
             self.sampling_note.setToolTip(note)
         for item, values in zip((self.p5, self.p50, self.p95), cols.percentiles, strict=True):
-            if not (_same(item.xData, self._x) and _same(item.yData, values)):  # a redraw only for what moved
+            # a redraw only for what moved
+            if not (same_values(item.xData, self._x) and same_values(item.yData, values)):
                 item.setData(self._x, values.copy())  # copied: ``values`` is updated in place at the next frame
         now = time.monotonic()
         if now - self._top_shown_s >= TOP_INTERVAL_S:
@@ -479,86 +473,3 @@ class QtRankTimeline(QtWidgets.QWidget):
             return None
         col = int(np.argmin(np.abs(self._x - x)))
         return col if abs(self._x[col] - x) <= self._snap.bucket_s else None
-
-
-def _same(held: np.ndarray | None, values: np.ndarray) -> bool:
-    """True when a curve already shows ``values`` (NaN where they have NaN)."""
-    return held is not None and held.shape == values.shape and np.array_equal(held, values, equal_nan=True)
-
-
-class _HeatColumns:
-    """The heatmap's colour indices, has-data flags and p5/p50/p95 per bucket, kept between frames.
-
-    A column is recomputed only when its stamp is new (``Snapshot.bucket_stamp``) or the ranks changed; the
-    others are carried over, moved to their new place when the time axis advances.
-    """
-
-    def __init__(self) -> None:
-        self.ranks = np.zeros(0, np.int64)
-        self.stamps = np.zeros(0, np.int64)
-        self.groups: np.ndarray | None = None  # first row of each host when the image has a row per host
-        self.image = np.zeros((0, 0), np.uint8)  # index 255 = no data (the LUT's last colour)
-        self.has_data = np.zeros(0, bool)
-        self.percentiles = np.zeros((3, 0))
-        self._folded = np.zeros((0, 0), np.uint8)  # ``image`` folded to ``_fold_height`` rows (fold_rows)
-        self._fold_height = -1
-        self._fold_todo: np.ndarray | None = None  # columns to fold again; None: all of them
-
-    def folded(self, height: int) -> np.ndarray:
-        """``image`` folded to at most ``height`` rows (``fold_rows``, around each column's median over ranks);
-        only the columns recomputed since the last call are folded again."""
-        if self.image.shape[0] <= height or height <= 0:
-            return self.image
-        typical = np.rint(np.nan_to_num(self.percentiles[1], nan=0.0) * 2.54)
-        if self._fold_todo is None or height != self._fold_height or self._folded.shape[1] != self.image.shape[1]:
-            self._folded, self._fold_height = fold_rows(self.image, height, typical), height
-        elif self._fold_todo.size:
-            todo = self._fold_todo
-            self._folded[:, todo] = fold_rows(self.image[:, todo], height, typical[todo])
-        self._fold_todo = np.zeros(0, np.int64)
-        return self._folded
-
-    def update(self, snap: Snapshot, shares: np.ndarray, groups: np.ndarray | None = None) -> _HeatColumns:
-        """The columns for ``shares`` (ranks x buckets); with ``groups`` (the first row of each host) the image has
-        a row per host, the mean of its ranks, while the percentiles stay over every rank."""
-        n, t = shares.shape
-        rows = n if groups is None else groups.size
-        stamps = snap.bucket_stamp
-        same_groups = (groups is None and self.groups is None) or (
-            groups is not None and self.groups is not None and np.array_equal(groups, self.groups))
-        same_ranks = same_groups and self.image.shape == (rows, t) and (
-            self.ranks is snap.ranks or np.array_equal(self.ranks, snap.ranks))
-        if same_ranks and self.stamps.size:
-            order = np.argsort(self.stamps, kind="stable")
-            pos = np.minimum(np.searchsorted(self.stamps[order], stamps), t - 1)
-            source = order[pos]
-            kept = self.stamps[source] == stamps
-        else:
-            source = np.arange(t)
-            kept = np.zeros(t, bool)
-        if not np.array_equal(source[kept], np.flatnonzero(kept)):  # the time axis moved: carry columns along
-            self.image = self.image[:, source]
-            self.has_data = self.has_data[source]
-            self.percentiles = self.percentiles[:, source]
-            if self._folded.shape[1] == t:
-                self._folded = self._folded[:, source]
-        elif not same_ranks:
-            self.image = np.empty((rows, t), np.uint8)
-            self.has_data = np.zeros(t, bool)
-            self.percentiles = np.full((3, t), np.nan)
-        todo = np.flatnonzero(~kept)
-        if not same_ranks:
-            self._fold_todo = None
-        elif self._fold_todo is not None:
-            self._fold_todo = np.union1d(self._fold_todo, todo)
-        if todo.size:
-            values = 100.0 * shares[:, todo].astype(np.float64)
-            shown = values if groups is None else host_means(values, groups)
-            finite = np.isfinite(shown)
-            with np.errstate(invalid="ignore"):
-                scaled = np.clip(np.rint(shown * 2.54), 0, 254)
-            self.image[:, todo] = np.where(finite, scaled, 255).astype(np.uint8)
-            self.has_data[todo] = finite.any(axis=0)
-            self.percentiles[:, todo] = column_percentiles(values, (0.05, 0.5, 0.95))
-        self.ranks, self.stamps, self.groups = snap.ranks, stamps, groups
-        return self

@@ -37,11 +37,16 @@ if mode == "own-before":
     signal.signal(signal.SIGTERM, own)
 telemetry = agent.start(framework="other", strategy="ddp", rank=0, world_size=1, endpoint=endpoint, run_id="term",
                         sample_devices=False, heartbeat=False, flush_interval_s=30.0)
+others = [agent.start(framework="other", strategy="ddp", rank=r, world_size=4, endpoint=endpoint, run_id="term",
+                      sample_devices=False, heartbeat=False, flush_interval_s=30.0)
+          for r in range(1, 4)] if mode == "several" else []
 if mode == "own-after":  # e.g. a framework's preemption handler, installed after the agent
     signal.signal(signal.SIGTERM, own)
 print("watching" if termination.watching() else "not watching", flush=True)
 for i in range({STEPS}):
     telemetry.step(0, i, 100.0 + i, 100.5 + i)
+    for r, other in enumerate(others, 1):
+        other.step(r, i, 100.0 + i, 100.5 + i)
 if mode == "fork":  # a data-loader worker: forked after the agent started
     child = os.fork()
     if child == 0:
@@ -91,10 +96,11 @@ def _term(proc: subprocess.Popen[str]) -> tuple[int, float, str]:
     return proc.returncode, time.monotonic() - started, out + err
 
 
-@pytest.mark.parametrize("mode", ["blocked", "idle"])
+@pytest.mark.parametrize("mode", ["blocked", "idle", "several"])
 def test_sigterm_hands_over_what_the_agent_holds_and_ends_the_process_as_sigterm_would(collector, mode) -> None:
     """``blocked``: the watcher thread (the main thread never runs Python again); ``idle``: the main thread's
-    handler, or the watcher, whichever comes first."""
+    handler, or the watcher, whichever comes first; ``several``: four agents in one process, flushed side by side."""
+    agents = 4 if mode == "several" else 1
     collector, sink = collector
     proc = _start(collector.endpoint, mode)
     try:
@@ -107,11 +113,12 @@ def test_sigterm_hands_over_what_the_agent_holds_and_ends_the_process_as_sigterm
     assert code == -signal.SIGTERM, output  # the exit status SIGTERM's default action gives (torchrun: -15)
     assert took < FLUSH_S + 2.0, output
     assert "slept" not in output
-    assert wait_for(lambda: len(sink.steps()) == STEPS, 5.0)
-    assert [s.step for s in sink.steps()] == list(range(STEPS))  # every step, in order, none twice
+    assert wait_for(lambda: len(sink.steps()) == agents * STEPS, 5.0)
+    for rank in range(agents):  # every step of every agent, in order, none twice
+        assert [s.step for s in sink.steps() if s.rank == rank] == list(range(STEPS))
     events = [r for b, _ in sink.batches for r in b.records if isinstance(r, Event)]
-    assert [e.event for e in events] == ["started", "warning"]
-    assert "SIGTERM" in (events[-1].text or "")
+    assert sorted(e.event for e in events) == ["started"] * agents + ["warning"] * agents
+    assert all("SIGTERM" in (e.text or "") for e in events if e.event == "warning")
     assert sink.gaps == [] and sink.rejections == []
 
 

@@ -14,9 +14,10 @@ from ringscope.agent.schema import GpuSample, Step
 from ringscope.gui.core.live.gpu_summary import WINDOW_S, bin_series
 from ringscope.gui.core.live.host_view import fold_rows
 from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.views.heat_columns import HeatColumns
 from ringscope.gui.views.qt_gpu_panel import MAX_LINES, QtGpuPanel
 from ringscope.gui.views.qt_plot_tools import Bars, make_plot
-from ringscope.gui.views.qt_rank_timeline import TOP_INTERVAL_S, QtRankTimeline, _HeatColumns
+from ringscope.gui.views.qt_rank_timeline import TOP_INTERVAL_S, QtRankTimeline
 from ringscope.gui.views.qt_ranks_table import COLUMNS, RanksTableModel
 
 T0 = 1_700_000_000.0
@@ -31,8 +32,8 @@ def _steps(store: LiveStore, ranks: list[int], end: float, k: int, rng: np.rando
     store.on_batch(wire.decode(wire.encode("a", k, end, records)), end)
 
 
-def _full(snap, field: str) -> _HeatColumns:  # type: ignore[no-untyped-def]
-    return _HeatColumns().update(snap, getattr(snap, field))
+def _full(snap, field: str) -> HeatColumns:  # type: ignore[no-untyped-def]
+    return HeatColumns().update(snap, getattr(snap, field))
 
 
 @pytest.mark.parametrize("metric", ["comm_exposed", "data_wait"])
