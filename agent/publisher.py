@@ -172,6 +172,7 @@ class Publisher:
         self._close_deadline = 0.0  # monotonic time by which the sender thread must have finished closing
         self._unconfirmed_at_close = 0
         self._report_close = True  # close(report=False): the counts are kept, the caller says them
+        self._confirm_close = True  # close(confirm=False): no wait for acknowledgements (the process is ending)
         # (seq, records) of messages forgotten unacknowledged: a later ack still confirms them (at most
         # _EXPIRED_KEPT; older ones stay counted in _expired_records)
         self._expired: deque[tuple[int, int]] = deque()
@@ -228,17 +229,20 @@ class Publisher:
             atexit.register(self.close)
         return self
 
-    def close(self, timeout_s: float = 2.0, *, report: bool = True) -> None:
+    def close(self, timeout_s: float = 2.0, *, report: bool = True, confirm: bool = True) -> None:
         """Flush what is queued, wait for the collector to confirm it, and stop, all within ``timeout_s``.
 
         What is still queued when no collector takes it is counted in ``dropped_records``; what was sent but not
         acknowledged by a collector that acknowledges is counted in ``unconfirmed_at_close`` and, with ``report``,
-        logged (a caller closing many agents reports their counts once instead). Safe to call twice and from
-        ``atexit``."""
+        logged (a caller closing many agents reports their counts once instead). ``confirm=False`` sends what is
+        queued and hands it to ZeroMQ's linger without waiting for acknowledgements (a process that is being
+        killed: nothing could be sent again anyway, and an acknowledgement takes up to an ack interval). Safe to
+        call twice and from ``atexit``."""
         if self._closed or os.getpid() != self._owner_pid:
             return  # a forked child (e.g. a data-loader worker) must not touch the parent's socket
         self._closed = True
         self._report_close = report
+        self._confirm_close = confirm
         self._close_deadline = time.monotonic() + max(0.0, timeout_s - _CLOSE_MARGIN_S)
         self._stop.set()
         if self._thread is not None:
@@ -321,7 +325,10 @@ class Publisher:
                 self._drain(socket)
                 if stopping:
                     self._flush_before_close(socket)
-                    self._confirm_before_close(socket)
+                    if self._confirm_close:
+                        self._confirm_before_close(socket)
+                    else:
+                        self._unconfirmed_at_close = sum(m[3] for m in self._unacked) + self._expired_records
                     break
         except Exception:  # the sender must never take the training down; log and go quiet
             log.exception("ringscope: telemetry sender failed; telemetry is disabled for this process")
