@@ -325,10 +325,7 @@ class Publisher:
                 self._drain(socket)
                 if stopping:
                     self._flush_before_close(socket)
-                    if self._confirm_close:
-                        self._confirm_before_close(socket)
-                    else:
-                        self._unconfirmed_at_close = sum(m[3] for m in self._unacked) + self._expired_records
+                    self._confirm_before_close(socket)
                     break
         except Exception:  # the sender must never take the training down; log and go quiet
             log.exception("ringscope: telemetry sender failed; telemetry is disabled for this process")
@@ -370,14 +367,16 @@ class Publisher:
         self._pending_hello = self._pending_health = None
 
     def _confirm_before_close(self, socket: zmq.Socket) -> None:
-        """At close, wait (within close's budget) until the collector has confirmed every message sent; count and
-        log what it has not (messages forgotten unacknowledged before and never acknowledged since included).
+        """At close, wait (within close's budget; not with ``confirm=False``) until the collector has confirmed every
+        message sent; count and log what it has not (messages forgotten unacknowledged before and never acknowledged
+        since included).
         Messages ZeroMQ still holds are lost with the socket unless the collector takes them during the final
         linger, and a collector behind on its writes has not written them yet: never silently, here."""
         # a collector that has acknowledged before gets CLOSE_ACK_STALL_S per ack; one not heard from yet (just
         # started, or behind on its writes) CLOSE_FLUSH_S for its first
         stall_at = time.monotonic() + (CLOSE_ACK_STALL_S if self._acked_seq >= 0 else CLOSE_FLUSH_S)
-        while (self._unacked or self._has_pending()) and time.monotonic() < min(stall_at, self._close_deadline):
+        while (self._confirm_close and (self._unacked or self._has_pending())
+               and time.monotonic() < min(stall_at, self._close_deadline)):
             acked = self._acked_seq
             if socket.poll(50, zmq.POLLIN):
                 self._receive_control(socket)  # acks; a request answered now puts its answer in the queue

@@ -254,7 +254,8 @@ class Agent:
             return
         self.event(EventKind.WARNING, rank=self.identity.rank,
                    text="SIGTERM: this process is being stopped; the agent sent what it held")
-        self._publisher.close(timeout_s, confirm=False)  # sent and lingered: no time spent on acknowledgements
+        # sent and lingered: no time spent on acknowledgements, nor a warning about them from a dying process
+        self._publisher.close(timeout_s, report=False, confirm=False)
 
     def __enter__(self) -> Agent:
         return self

@@ -38,7 +38,7 @@ SIGKILL; Slurm's KillWait is 30 s by default)."""
 ENV_SWITCH: Final[str] = "RINGSCOPE_SIGTERM_FLUSH"
 
 Flush = Callable[[float], object]
-"""Called with the seconds it may take: send what is held, wait for it to be confirmed, stop."""
+"""Called with the seconds it may take: send what is held and stop (``Agent._terminated``)."""
 
 _lock = threading.RLock()  # re-entrant: the main-thread handler may interrupt a register() that holds it
 _flushes: dict[int, Flush] = {}  # id(owner) -> flush, in registration order
@@ -127,8 +127,8 @@ def _end(*, on_main_thread: bool) -> None:
         with _lock:
             flushes = list(_flushes.values())
             _flushes.clear()
-        # side by side: each waits for its collector's acknowledgement, and one slow agent must not leave the
-        # others of the process (a simulator's, a MirroredStrategy worker's) no time
+        # side by side: each may wait for its socket to hand over what it holds (ZeroMQ's linger), and one slow
+        # agent must not leave the others of the process (a simulator's, a MirroredStrategy worker's) no time
         threads = [threading.Thread(target=_flush, args=(flush, FLUSH_S), name="ringscope-sigterm-flush",
                                     daemon=True) for flush in flushes]
         for thread in threads:

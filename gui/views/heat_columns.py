@@ -13,12 +13,7 @@ from ringscope.gui.core.analysis.quantiles import column_percentiles
 from ringscope.gui.core.live.host_view import fold_rows, host_means
 from ringscope.gui.core.live.store import Snapshot
 
-__all__ = ["HeatColumns", "same_values"]
-
-
-def same_values(held: np.ndarray | None, values: np.ndarray) -> bool:
-    """True when a curve already shows ``values`` (NaN where they have NaN)."""
-    return held is not None and held.shape == values.shape and np.array_equal(held, values, equal_nan=True)
+__all__ = ["HeatColumns"]
 
 
 class HeatColumns:

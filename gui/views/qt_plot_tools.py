@@ -47,6 +47,11 @@ def make_plot(left: str, left_units: str | None, bottom: str, bottom_units: str 
     return widget
 
 
+def same_values(held: np.ndarray | None, values: np.ndarray) -> bool:
+    """True when a curve already shows ``values`` (NaN where they have NaN): its redraw can be skipped."""
+    return held is not None and held.shape == values.shape and np.array_equal(held, values, equal_nan=True)
+
+
 class Bars(pg.BarGraphItem):
     """A ``BarGraphItem`` that works out its bounding rectangle once per data or view change.
 

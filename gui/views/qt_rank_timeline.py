@@ -22,8 +22,8 @@ from ringscope.agent.schema import field_doc
 from ringscope.gui.core.live.host_view import HOST_ROWS_ABOVE, HostRuns, focus, host_runs
 from ringscope.gui.core.live.store import STATE_LOST, Snapshot
 from ringscope.gui.views import theme
-from ringscope.gui.views.heat_columns import HeatColumns, same_values
-from ringscope.gui.views.qt_plot_tools import HoverReadout, set_range
+from ringscope.gui.views.heat_columns import HeatColumns
+from ringscope.gui.views.qt_plot_tools import HoverReadout, same_values, set_range
 from ringscope.gui.views.qt_time_range import bucket_note, clock_text, run_seconds, time_plot
 
 MAX_LINES = 32

@@ -41,7 +41,7 @@ def test_a_rank_stuck_in_one_phase_gets_its_stack_sent_once_per_episode() -> Non
         [dumped] = beats.beat(now_s=since + 7.5)
         assert dumped.stack is not None  # on demand
         assert sent == [fresh, stuck, again, dumped]
-        # a round walks only the threads whose stacks it sends (the stuck rank's), not every thread of the process
+        # what a round walks: only the threads asked for (the stuck ranks'), or every thread without ``only``
         assert set(thread_stacks(only={worker.ident})) == {worker.ident}
         assert {worker.ident, threading.get_ident()} <= set(thread_stacks())
     finally:

@@ -96,8 +96,8 @@ class FrameEncoder:
         if send.size > 1:
             # Columns without a value for any rank stay behind: the decoder makes every column it neither holds nor
             # gets NaN. The ring's first advance (a run's first steps) empties and stamps all of its columns: at
-            # 8 192 ranks that frame carried 600 NaN columns (39 MB; 0.8 s of the ingest process's CPU, and the
-            # frame pacing then waited a second more: the 1.4 s latency p99 of the first seconds).
+            # 8 192 ranks that frame carried 600 NaN columns (39 MB to pickle, pipe and unpickle). That frame's
+            # build (snapshot + encode) still costs ~0.8 s of CPU: the heat pool's first copies, not these columns.
             empty = np.ones(send.size, bool)
             for columns in heat.values():
                 empty &= np.isnan(columns).all(axis=0)
