@@ -49,12 +49,40 @@ class _Sink:
             return [r for _, r in self.records if isinstance(r, Step)]
 
 
-def blocking_collective_wait(stop: threading.Event, hold: threading.Event) -> None:
-    """Where the test's training threads sit most of the time (the name the stacks must show); while ``hold`` is
-    set they stay in it, like ranks waiting for a slow peer, so a dump finds every rank there."""
+class _Hold:
+    """Holds every training thread inside ``blocking_collective_wait`` (like ranks waiting for a slow peer) and
+    knows when all of them are there: a held thread is counted only once it sleeps in ``Condition.wait``, so a dump
+    taken after ``hold`` returns finds every rank at the same line (a timed loop was caught at different lines on a
+    loaded machine, and the identical stacks did not fold)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.held = False
+        self.waiting = 0
+
+    def wait_here(self, stop: threading.Event) -> None:
+        with self.cond:
+            self.waiting += 1
+            self.cond.notify_all()
+            while self.held and not stop.is_set():
+                self.cond.wait()
+            self.waiting -= 1
+
+    def hold(self, ranks: int, timeout_s: float = 15.0) -> None:
+        with self.cond:
+            self.held = True
+            assert self.cond.wait_for(lambda: self.waiting >= ranks, timeout_s), "the ranks never reached the hold"
+
+    def release(self) -> None:
+        with self.cond:
+            self.held = False
+            self.cond.notify_all()
+
+
+def blocking_collective_wait(stop: threading.Event, hold: _Hold) -> None:
+    """Where the test's training threads sit most of the time (the name the stacks must show)."""
     stop.wait(0.02)
-    while hold.is_set() and not stop.is_set():
-        stop.wait(0.01)
+    hold.wait_here(stop)
 
 
 class _Training:
@@ -62,7 +90,7 @@ class _Training:
 
     def __init__(self, endpoint: str, ranks: int, run_id: str = "run-reply", keys: object = None) -> None:
         self.stop = threading.Event()
-        self.hold = threading.Event()
+        self.hold = _Hold()
         self.agents = [runtime.start(framework="custom", strategy="none", rank=rank, world_size=ranks, run_id=run_id,
                                      endpoint=endpoint, sample_devices=False, keys=keys)  # type: ignore[arg-type]
                        for rank in range(ranks)]
@@ -83,6 +111,7 @@ class _Training:
 
     def close(self) -> None:
         self.stop.set()
+        self.hold.release()
         for thread in self.threads:
             thread.join(5)
         for agent in self.agents:
@@ -114,12 +143,11 @@ def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tu
     training = _Training(col.endpoint, 2)
     try:
         _wait(_heard(sink, 2))
-        training.hold.set()
-        time.sleep(0.1)  # both ranks are inside blocking_collective_wait now
+        training.hold.hold(2)  # both ranks are inside blocking_collective_wait now
         started = time.monotonic()
         result = ask(col.endpoint, "stacks", run_id="run-reply", wait_s=2.0)
         took = time.monotonic() - started
-        training.hold.clear()
+        training.hold.release()
     finally:
         training.close()
     assert took < 2.0 and result["asked"] == 2 and result["answered"] == 2
@@ -280,7 +308,9 @@ def test_a_stack_dump_is_recorded_and_exported_in_the_report(tmp_path) -> None: 
     training = _Training(col.endpoint, 2)
     try:
         _wait(_heard(sink, 2))
+        training.hold.hold(2)  # the two stacks fold into one group ("2 rank(s) 0-1" below)
         ask(col.endpoint, "stacks", run_id="run-reply", wait_s=2.0)
+        training.hold.release()
         _wait(lambda: len(sink.events("stacks")) >= 2)
     finally:
         training.close()
