@@ -200,7 +200,10 @@ class QtOverview(QtWidgets.QWidget):
 
     def _render_throughput(self, snap: Snapshot, active: int) -> None:
         if math.isnan(snap.steps_per_s):
-            self.throughput.show_values("no data", "no steps received yet")
+            if snap.steps_total:  # steps came, all in the current second: a rate needs one complete second
+                self.throughput.show_values("measuring", f"{snap.steps_total:,} step(s) received; rate in 1 s")
+            else:
+                self.throughput.show_values("no data", "no steps received yet")
             return
         final = "final: " if snap.ended else ""
         per_rank = snap.steps_per_s / max(1, active if not snap.ended else len(snap.state))

@@ -73,6 +73,21 @@ def test_steps_reach_table_heat_and_breakdown() -> None:
     assert snap.idle_cause == "comm_exposed"
 
 
+def test_throughput_is_unknown_in_the_first_second_and_zero_once_the_steps_stop() -> None:
+    store = LiveStore(bucket_s=1.0, buckets=30)
+    for r in range(4):
+        store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), T0)
+    for k in range(3):  # the run's first steps all end in its first, still incomplete second
+        for r in range(4):
+            store.on_batch(batch(f"a{r}", [step(r, k, T0 + 0.2 + 0.1 * k)], seq=k + 1), T0 + 0.5)
+    first = store.snapshot(now_s=T0 + 0.6)
+    # 12 steps came, but no complete second holds any: not measured yet ("measuring"), never "0 steps/s"
+    assert first.steps_total == 12 and math.isnan(first.steps_per_s) and math.isnan(first.samples_per_s)
+    assert store.snapshot(now_s=T0 + 1.5).steps_per_s == pytest.approx(12.0)  # one complete second: 12 steps in it
+    stopped = store.snapshot(now_s=T0 + 8.0)  # nothing for 7 s: the last 5 s had 0 steps
+    assert stopped.steps_per_s == 0.0
+
+
 def test_straggler_is_the_rank_that_waits_least_in_allreduce() -> None:
     store = LiveStore()
     feed_cluster(store, 8, 25, slow=5)
