@@ -92,12 +92,13 @@ class FrameEncoder:
         else:
             held = np.zeros(stamps.size, bool)
         send = np.flatnonzero(~held & (stamps != 0))
+        # Columns without a value for any rank stay behind: the decoder makes every column it neither holds nor gets
+        # NaN. The ring's first advance (a run's first steps) empties and stamps all of its columns: at 8 192 ranks
+        # that frame carried 600 NaN columns (39 MB to pickle, pipe and unpickle). A column without a step (its
+        # cluster mean is NaN) is left out before any copy; the others are checked after theirs.
+        send = send[~np.isnan(snap.cluster_phase_s["step"][send])]
         heat = {name: np.ascontiguousarray(getattr(snap, name)[:, send]) for name in _HEAT}
         if send.size > 1:
-            # Columns without a value for any rank stay behind: the decoder makes every column it neither holds nor
-            # gets NaN. The ring's first advance (a run's first steps) empties and stamps all of its columns: at
-            # 8 192 ranks that frame carried 600 NaN columns (39 MB to pickle, pipe and unpickle). That frame's
-            # build (snapshot + encode) still costs ~0.8 s of CPU: the heat pool's first copies, not these columns.
             empty = np.ones(send.size, bool)
             for columns in heat.values():
                 empty &= np.isnan(columns).all(axis=0)

@@ -12,6 +12,7 @@ from ringscope.agent.schema import GpuSample
 from ringscope.gui.core.live.gpu_summary import SUMMARY_ABOVE
 from ringscope.gui.core.live.snapshot import Snapshot
 from ringscope.gui.core.live.store import LiveStore
+from ringscope.gui.core.live.time_buckets import MAX_BUCKET_S
 from ringscope.gui.core.service.frames import FrameDecoder, FrameEncoder
 from tests.gui.core.live.test_store import T0, batch, hello, step
 
@@ -158,3 +159,35 @@ def test_columns_without_a_value_do_not_travel() -> None:
     decoded, frame = _send(encoder, decoder, snap)
     assert frame["heat_send"].size <= 2
     assert_same_snapshot(decoded, snap)
+
+
+def test_columns_the_ring_empties_again_are_nan_in_the_store_and_in_the_window() -> None:
+    """At the widest bucket the ring stops merging and its head passes columns that held steps (the run's oldest
+    buckets leave it): they are emptied, NaN for every rank in the store's snapshot and in the decoded frame, with a
+    new stamp; the columns never written stay NaN."""
+    width = MAX_BUCKET_S
+    start = (math.floor(T0 / width) + 1) * width  # on a bucket edge
+    store = LiveStore(bucket_s=width, buckets=10)
+    for r in range(4):
+        store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), start)
+    encoder, decoder = FrameEncoder(gpu_every_s=0.0), FrameDecoder()
+    for k in range(6):  # buckets 0 .. 5 of the run hold steps
+        for r in range(4):
+            end = start + (k + 0.5) * width
+            store.on_batch(batch(f"a{r}", [step(r, k, end)], seq=k + 1), end)
+    before = store.snapshot(now_s=start + 6 * width)
+    _send(encoder, decoder, before)
+    assert np.isfinite(before.cluster_phase_s["step"]).sum() == 6
+    for r in range(4):  # bucket 13: the head passes 6 .. 13, whose columns held buckets 0 .. 3 or nothing
+        store.on_batch(batch(f"a{r}", [step(r, 6, start + 13.5 * width)], seq=7), start + 13.5 * width)
+    snap = store.snapshot(now_s=start + 13.6 * width)
+    assert snap.bucket_s == width and (snap.bucket_start_s - start).tolist() == [b * width for b in range(4, 14)]
+    decoded, frame = _send(encoder, decoder, snap)
+    assert_same_snapshot(decoded, snap)
+    held = np.isfinite(snap.cluster_phase_s["step"])
+    assert held.tolist() == [True, True] + [False] * 7 + [True]  # buckets 4, 5 and 13
+    for heat in (snap.heat_comm_exposed_share, snap.heat_data_wait_share):
+        assert np.isnan(heat[:, ~held]).all() and np.isfinite(heat[:, held]).all()
+    assert frame["heat_send"].size == 1  # bucket 13; the emptied columns arrive as "not sent": NaN
+    reused = np.isin(before.bucket_start_s, [start + b * width for b in range(4)])
+    assert np.isfinite(before.heat_comm_exposed_share[:, reused]).all()  # those columns held values before
