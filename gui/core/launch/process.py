@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import IO, Final, Literal
@@ -25,6 +26,9 @@ FINAL_STATES: Final[frozenset[str]] = frozenset({"exited", "killed", "failed"})
 MAX_LINE_CHARS: Final[int] = 4000
 STARTING_S: Final[float] = 1.0  # "starting" until first output or this long alive
 DRAIN_S: Final[float] = 1.0  # after exit, wait this long at most for the reader to collect the last lines
+TOKEN_ENV: Final[str] = "RINGSCOPE_PROCESS_TOKEN"
+"""Set in a started process's environment to a value of its own, which every process it starts inherits: a stop
+finds by it the descendants it could not see as children (one started while the stop waited, then orphaned)."""
 
 
 class OutputBuffer:
@@ -95,11 +99,13 @@ class ManagedProcess:
         self._kill_at_s: float | None = None
         self._exit_seen_s: float | None = None
         self._descendants: list[psutil.Process] = []
+        self._token = uuid.uuid4().hex
         self._popen: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         try:
             # Own session = own process group, so a stop reaches torchrun and everything it started.
-            self._popen = subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.full_env(), stdin=subprocess.DEVNULL,
+            self._popen = subprocess.Popen(plan.argv, cwd=plan.cwd, env={**plan.full_env(), TOKEN_ENV: self._token},
+                                           stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE if capture else None,
                                            stderr=subprocess.STDOUT if capture else None, start_new_session=True)
         except OSError as error:
@@ -198,10 +204,15 @@ class ManagedProcess:
         else:
             self.state = "exited" if code == 0 else "failed"
         if self._kill_at_s is not None or self.stop_requested_s is not None:
-            # The group leader is gone; make sure nothing it started survives it.
+            # The group leader is gone; make sure nothing it started survives it, including what it started while
+            # the stop waited (torchrun spawning a rank when the stop came): orphans are found by their token.
+            leader = {self._popen.pid} if self._popen is not None else set()
+            self._descendants += _carrying(TOKEN_ENV, self._token, {p.pid for p in self._descendants} | leader)
             self._signal(signal.SIGKILL)
 
     def _remember_descendants(self) -> None:
+        """Add the process's descendants alive now to those a stop signals (children of children, ranks in sessions
+        of their own; once a stop was asked for, also those the leader no longer parents)."""
         if self._popen is None:
             return
         try:
@@ -210,6 +221,9 @@ class ManagedProcess:
             return
         known = {p.pid for p in self._descendants}
         self._descendants += [p for p in found if p.pid not in known]
+        if self.stop_requested_s is not None:  # the leader itself carries the token too: its group is signalled
+            known |= {p.pid for p in found} | {self._popen.pid}
+            self._descendants += _carrying(TOKEN_ENV, self._token, known)
 
     def _signal(self, sig: int) -> None:
         if self._popen is None:
@@ -251,3 +265,16 @@ def _code_text(code: int) -> str:
         except ValueError:
             return f"exit code {code}"
     return f"exit code {code}"
+
+
+def _carrying(name: str, value: str, known: set[int]) -> list[psutil.Process]:
+    """The processes (other than ``known``) whose environment has ``name=value``: a stop's last sweep for orphans
+    (reads every process's environment once, ~10-30 ms; processes of other users are skipped)."""
+    found = []
+    for process in psutil.process_iter(["environ"]):
+        try:
+            if process.pid not in known and (process.info.get("environ") or {}).get(name) == value:
+                found.append(process)
+        except (psutil.Error, AttributeError):
+            continue
+    return found

@@ -333,6 +333,32 @@ def test_stop_reaches_children_in_their_own_session(tmp_path: Path, launcher: La
     assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == "zombie"
 
 
+def test_a_child_started_while_the_stop_waits_is_not_left_running(tmp_path: Path, launcher: Launcher) -> None:
+    # torchrun stopped while it was spawning a rank: the rank, in a session of its own, did not exist yet when the
+    # stop looked for descendants, and the leader then exited; a sweep's clean-clone run left that rank training.
+    child = write_script(tmp_path, "late_child.py", "import time\nwhile True:\n    time.sleep(0.1)\n")
+    pid_file = tmp_path / "late_child.pid"
+    parent = write_script(tmp_path, "late_parent.py", (
+        "import signal, subprocess, sys, time\n"
+        "stopped = []\nsignal.signal(signal.SIGTERM, lambda *_: stopped.append(1))\n"
+        "print('ready', flush=True)\n"
+        "while not stopped:\n    time.sleep(0.01)\n"
+        f"p = subprocess.Popen([sys.executable, {child!r}], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "sys.exit(0)\n"))
+    run = launcher.start(LaunchSpec(kind="script", trainer=parent, processes=1))
+    (process,) = run.processes
+    assert wait_for(lambda: "ready" in all_lines(process), launcher)
+    launcher.stop(run.run_id, grace_s=5.0)
+    assert process.state in ("killed", "exited")
+    child_pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child_pid) and psutil.Process(child_pid).status() != "zombie" \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == "zombie"
+
+
 def test_invalid_spec_is_refused_before_anything_starts(tmp_path: Path, launcher: Launcher) -> None:
     with pytest.raises(LaunchError) as caught:
         launcher.start(LaunchSpec(kind="script", trainer=str(tmp_path / "missing.py"), processes=1))
