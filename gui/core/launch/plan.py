@@ -36,6 +36,10 @@ class ProcessPlan:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    # False: a client of processes that run elsewhere and are stopped their own way (ssh, a Slurm job's follower).
+    # A stop then looks for no orphans by token: Slurm passes the submitter's environment on to the job, and on a
+    # node that is also the submitter the token found the job's ranks, killed under Slurm's own cancellation.
+    local: bool = True
 
     def full_env(self) -> dict[str, str]:
         """The complete environment of the process: the app's, then ``env`` on top."""

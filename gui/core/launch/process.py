@@ -99,13 +99,15 @@ class ManagedProcess:
         self._kill_at_s: float | None = None
         self._exit_seen_s: float | None = None
         self._descendants: list[psutil.Process] = []
-        self._token = uuid.uuid4().hex
+        self._token = uuid.uuid4().hex if plan.local else None  # see TOKEN_ENV
         self._popen: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         try:
             # Own session = own process group, so a stop reaches torchrun and everything it started.
-            self._popen = subprocess.Popen(plan.argv, cwd=plan.cwd, env={**plan.full_env(), TOKEN_ENV: self._token},
-                                           stdin=subprocess.DEVNULL,
+            env = plan.full_env()
+            if self._token is not None:
+                env[TOKEN_ENV] = self._token
+            self._popen = subprocess.Popen(plan.argv, cwd=plan.cwd, env=env, stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE if capture else None,
                                            stderr=subprocess.STDOUT if capture else None, start_new_session=True)
         except OSError as error:
@@ -206,8 +208,9 @@ class ManagedProcess:
         if self._kill_at_s is not None or self.stop_requested_s is not None:
             # The group leader is gone; make sure nothing it started survives it, including what it started while
             # the stop waited (torchrun spawning a rank when the stop came): orphans are found by their token.
-            leader = {self._popen.pid} if self._popen is not None else set()
-            self._descendants += _carrying(TOKEN_ENV, self._token, {p.pid for p in self._descendants} | leader)
+            if self._token is not None:
+                leader = {self._popen.pid} if self._popen is not None else set()
+                self._descendants += _carrying(TOKEN_ENV, self._token, {p.pid for p in self._descendants} | leader)
             self._signal(signal.SIGKILL)
 
     def _remember_descendants(self) -> None:
@@ -221,7 +224,7 @@ class ManagedProcess:
             return
         known = {p.pid for p in self._descendants}
         self._descendants += [p for p in found if p.pid not in known]
-        if self.stop_requested_s is not None:  # the leader itself carries the token too: its group is signalled
+        if self.stop_requested_s is not None and self._token is not None:  # the leader is signalled by its group
             known |= {p.pid for p in found} | {self._popen.pid}
             self._descendants += _carrying(TOKEN_ENV, self._token, known)
 

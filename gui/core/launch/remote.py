@@ -137,7 +137,7 @@ def remote_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | No
         host_env = {**base_env, ENV_HOST: host}
         commands = [(argv, {**host_env, **extra}) for argv, extra in host_commands(spec, index)]
         remote = remote_shell_command(commands, spec.working_dir or os.getcwd(), watchdog_words(spec, host))
-        plans.append(ProcessPlan(host, ssh_argv(spec, host, remote)))
+        plans.append(ProcessPlan(host, ssh_argv(spec, host, remote), local=False))
     return plans
 
 
@@ -147,7 +147,7 @@ def remote_stop_plans(spec: LaunchSpec, grace_s: float) -> list[ProcessPlan]:
     plans = []
     for host in spec.hosts:
         words = [spec.python, "-c", STOP_CODE, spec.run_id, host, f"{max(grace_s, 0.0):g}"]
-        plans.append(ProcessPlan(f"stop {host}", ssh_argv(spec, host, shlex.join(words))))
+        plans.append(ProcessPlan(f"stop {host}", ssh_argv(spec, host, shlex.join(words)), local=False))
     return plans
 
 

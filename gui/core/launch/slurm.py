@@ -141,14 +141,14 @@ def slurm_plans(spec: LaunchSpec, endpoint: str, agent_env: dict[str, str] | Non
     env = {ENV_BATCH_SCRIPT: script, ENV_ENDPOINT: endpoint, "PYTHONUNBUFFERED": "1", **(agent_env or {})}
     argv = [spec.python, "-m", "ringscope.gui.core.launch.slurm_job", "--run-id", spec.run_id,
             "--directory", output_directory(spec)]
-    return [ProcessPlan(FOLLOWER_NAME, argv, env, spec.working_dir)]
+    return [ProcessPlan(FOLLOWER_NAME, argv, env, spec.working_dir, local=False)]
 
 
 def cancel_plans(spec: LaunchSpec) -> list[ProcessPlan]:
     """``scancel --name=ringscope-RUN``: cancels the run's jobs without the follower (which a forced kill ends
     before it can ``scancel``), found by the job name the batch script gives them."""
     assert spec.run_id is not None, "a started run has a run id"
-    return [ProcessPlan("scancel", ["scancel", f"--name={job_name(spec.run_id)}"])]
+    return [ProcessPlan("scancel", ["scancel", f"--name={job_name(spec.run_id)}"], local=False)]
 
 
 def output_directory(spec: LaunchSpec) -> str:

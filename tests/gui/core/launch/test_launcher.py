@@ -21,6 +21,7 @@ from ringscope.gui.core.launch import (
     LaunchSpec,
     ManagedProcess,
     OutputBuffer,
+    ProcessPlan,
     build_commands,
     demo_spec,
     option_for,
@@ -357,6 +358,21 @@ def test_a_child_started_while_the_stop_waits_is_not_left_running(tmp_path: Path
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == "zombie"
+
+
+def test_only_processes_of_this_machine_carry_a_stop_token() -> None:
+    # Slurm passes the submitter's environment on to the job: a follower's token found the job's ranks on a node
+    # that was also the submitter, and killed them under Slurm's own cancellation (the job ended 137, not cancelled)
+    show = [sys.executable, "-c", "import os; print(os.environ.get('RINGSCOPE_PROCESS_TOKEN'), flush=True)"]
+    tokens = []
+    for local in (True, False):
+        process = ManagedProcess(ProcessPlan("show", show, local=local), "token-run")
+        deadline = time.monotonic() + 20
+        while process.alive and time.monotonic() < deadline:
+            process.update()
+            time.sleep(0.05)
+        tokens.append(all_lines(process)[-1])
+    assert len(tokens[0]) == 32 and tokens[1] == "None"
 
 
 def test_invalid_spec_is_refused_before_anything_starts(tmp_path: Path, launcher: Launcher) -> None:
