@@ -208,20 +208,20 @@ class ManagedProcess:
         if self._kill_at_s is not None or self.stop_requested_s is not None:
             # The group leader is gone; make sure nothing it started survives it, including what it started while
             # the stop waited (torchrun spawning a rank when the stop came): orphans are found by their token.
-            if self._token is not None:
-                leader = {self._popen.pid} if self._popen is not None else set()
-                self._descendants += _carrying(TOKEN_ENV, self._token, {p.pid for p in self._descendants} | leader)
+            self._remember_descendants(leader_gone=True)
             self._signal(signal.SIGKILL)
 
-    def _remember_descendants(self) -> None:
+    def _remember_descendants(self, *, leader_gone: bool = False) -> None:
         """Add the process's descendants alive now to those a stop signals (children of children, ranks in sessions
         of their own; once a stop was asked for, also those the leader no longer parents)."""
         if self._popen is None:
             return
-        try:
-            found = psutil.Process(self._popen.pid).children(recursive=True)
-        except psutil.Error:
-            return
+        found: list[psutil.Process] = []
+        if not leader_gone:  # a reaped leader's pid may name another process by now: only the token is trusted
+            try:
+                found = psutil.Process(self._popen.pid).children(recursive=True)
+            except psutil.Error:
+                pass
         known = {p.pid for p in self._descendants}
         self._descendants += [p for p in found if p.pid not in known]
         if self.stop_requested_s is not None and self._token is not None:  # the leader is signalled by its group

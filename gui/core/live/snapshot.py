@@ -261,13 +261,11 @@ def _throughput(raw: dict[str, Any], now: float, bucket_s: float, window: int = 
     in_window = (raw["bucket_abs"] >= current - window) & (raw["bucket_abs"] < current)
     used = in_window & (raw["bucket_steps"] > 0)
     if not used.any():
-        # 0 only when the steps stopped: every step received ended before the window. A run whose steps all ended
-        # in the current, incomplete bucket (its first second) has no rate yet, which is not 0 steps/s.
-        stopped = raw["steps_total"] and ((raw["bucket_abs"] >= 0) & (raw["bucket_abs"] < current - window)
-                                          & (raw["bucket_steps"] > 0)).any()
-        if stopped and not ((raw["bucket_abs"] >= current) & (raw["bucket_steps"] > 0)).any():
-            return 0.0, math.nan
-        return math.nan, math.nan
+        # 0 only when the steps stopped (every bucket with steps is before the window); none yet, or all in the
+        # current, incomplete bucket (a run's first second): no rate yet, which is not 0 steps/s
+        with_steps = raw["bucket_steps"] > 0
+        stopped = with_steps.any() and not with_steps[raw["bucket_abs"] >= current].any()
+        return (0.0 if stopped else math.nan), math.nan
     # divide by the time actually covered, so a training that just started is not under-reported
     seconds = (current - int(raw["bucket_abs"][used].min())) * bucket_s
     steps = float(raw["bucket_steps"][in_window].sum())

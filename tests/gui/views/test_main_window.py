@@ -54,18 +54,22 @@ def test_window_builds_and_renders_an_empty_store(window) -> None:  # type: igno
 
 def test_the_throughput_card_says_measuring_until_a_second_of_steps_is_complete(window) -> None:  # type: ignore[no-untyped-def]
     # 8 192 simulated ranks' first frame said "samples/s not reported" and "0.0 steps/s" while they stepped
-    store = LiveStore()  # 1 s buckets
-    win = window(store)
-    win.render_frame()
-    time.sleep(1.02 - time.time() % 1.0)  # just past a second's start: the frame below is drawn within that second
-    now = time.time()
-    hello = Hello("run", "a0", "host0", 1, 0, 0, 1, 0, [0], "simulated", "simulated", None, [], "0.1.0", "1.0", now,
-                  0.0, now - 10)
-    store.on_batch(wire.decode(wire.encode("a0", 0, now, [hello])), now)
-    step = Step(0, 0, now - 0.1, now, 0.1, 0.01, 0.05, 0.03, 0.03, 32)
-    store.on_batch(wire.decode(wire.encode("a0", 1, now, [step])), now)
-    win.render_frame()
-    assert int(time.time()) == int(now), "the frame took the rest of its second (a very loaded machine): rerun"
+    for _ in range(3):  # the frame must be drawn within the second its step ended in (a loaded machine may miss it)
+        store = LiveStore()  # 1 s buckets
+        win = window(store)
+        win.render_frame()
+        time.sleep(1.02 - time.time() % 1.0)  # just past a second's start
+        now = time.time()
+        hello = Hello("run", "a0", "host0", 1, 0, 0, 1, 0, [0], "simulated", "simulated", None, [], "0.1.0", "1.0",
+                      now, 0.0, now - 10)
+        store.on_batch(wire.decode(wire.encode("a0", 0, now, [hello])), now)
+        step = Step(0, 0, now - 0.1, now, 0.1, 0.01, 0.05, 0.03, 0.03, 32)
+        store.on_batch(wire.decode(wire.encode("a0", 1, now, [step])), now)
+        win.render_frame()
+        if int(time.time()) == int(now):
+            break
+    else:
+        pytest.fail("no frame was drawn within the second of its step in 3 tries")
     card = win.overview.throughput
     assert card.value.text() == "measuring" and "1 step(s) received" in card.detail.text()
 
