@@ -41,6 +41,10 @@ MAX_RESTARTS: Final[int] = 3
 RESTART_WINDOW_S: Final[float] = 60.0
 """An ingest process that ends unexpectedly is replaced at most ``MAX_RESTARTS`` times within ``RESTART_WINDOW_S``;
 one that keeps dying is left stopped (``IngestProcess.failure`` says so): a crash loop would only hide the cause."""
+CLEAN_EXIT_GRACE_S: Final[float] = 3.0
+"""An ingest process that ends with exit code 0 closed its recording on a SIGTERM. Sent to the window's whole process
+group (GNU ``timeout``, a terminal's job control) or to every process of its cgroup (systemd), the window got it too
+and closes within a heartbeat (0.2 s): the supervisor waits this long for that close before it starts a new one."""
 
 
 class IngestError(RuntimeError):
@@ -69,6 +73,7 @@ class IngestProcess:
         self._frames_link: tuple[int, Connection] | None = None  # (generation, the current process's frames end)
         self.frames: FrameChannel | None = None
         self._closing = False
+        self._closed = threading.Event()  # set by close(): a supervisor waiting out a clean exit stops at once
         self._failure: str | None = None
         self._max_restarts, self._restart_window_s = max_restarts, restart_window_s
         self._restart_lock = threading.Lock()  # held by a restart in flight: close waits for it
@@ -163,6 +168,7 @@ class IngestProcess:
         """Close the collector, then the recording (every record written), and end the process. Returns its
         closing figures (empty when it was gone already)."""
         self._closing = True
+        self._closed.set()
         with self._restart_lock:  # a restart in flight finishes first (its process is closed here); none follows
             pass
         figures: dict[str, Any] = {}
@@ -198,6 +204,8 @@ class IngestProcess:
             process = self._process
             assert process is not None
             process.wait()
+            if process.returncode == 0 and self._closed.wait(CLEAN_EXIT_GRACE_S):
+                return  # a signal for the whole window ended it first: the window is closing, not a crash
             with self._restart_lock:
                 if self._closing or not self._restart(_ended_text(process)):
                     return
@@ -243,7 +251,8 @@ class IngestProcess:
             self.call_quietly(target, name, *args)
         recording = ("recording continues in the same session" if self.recording_path is not None
                      else "the session is not recorded: the runs shown start again from now")
-        self._restarted = (generation, f"Ingest process restarted (crash: {crash}); {recording}")
+        cause = f"crash: {crash}" if not crash.startswith("it closed itself") else crash
+        self._restarted = (generation, f"Ingest process restarted ({cause}); {recording}")
         log.warning("%s (in %.1f s)", self._restarted[1], time.monotonic() - now)
         return True
 
@@ -312,4 +321,6 @@ def _ended_text(process: subprocess.Popen[bytes]) -> str:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code == 0:  # its SIGTERM handler closed the recording: someone signalled it, and not the window as a whole
+        return "it closed itself (exit code 0): a SIGTERM sent to the ingest process alone"
     return f"exit code {code}"

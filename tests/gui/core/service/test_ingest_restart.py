@@ -148,3 +148,47 @@ def test_a_session_not_recorded_restarts_too_and_says_its_runs_start_again(tmp_p
         assert ingest.call("collector", "counters").messages == 0
     finally:
         assert ingest.close()["messages"] == 0
+
+
+def test_a_sigterm_to_the_whole_window_closes_it_without_a_restart_and_keeps_every_step(tmp_path: Path) -> None:
+    """GNU ``timeout`` (and a terminal's job control) signals the window's whole process group; systemd signals its
+    whole cgroup. The ingest process's SIGTERM handler closes the recording first (exit 0), and the window closes
+    ~0.2 s later on its heartbeat: no new process may be started in between, and no crash reported."""
+    path = tmp_path / "s.db"
+    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path))).start()
+    pid = ingest.pid
+    assert pid is not None
+    training = _Training(ingest.endpoint, "term", ranks=2)
+    _wait(lambda: _committed_steps(path) >= 500, what="some recording")
+    training.finish()
+    os.kill(pid, signal.SIGTERM)
+    _wait(lambda: not _alive(pid), what="the ingest process to close on SIGTERM")
+    time.sleep(0.3)  # the window's signal heartbeat (0.2 s) runs its close
+    assert ingest.close() == {}  # it was gone already: the figures went with it
+    assert ingest.restarted is None and ingest.failure is None and ingest.pid == pid
+    data = load_session(path)
+    assert len(data.steps["step"]) == 2 * training.steps and data.counters["gaps"] == 0  # closed in order: nothing lost
+    assert "segments" not in data.counters["meta"]  # one segment: the recording was never resumed
+
+
+def test_a_sigterm_to_the_ingest_process_alone_starts_a_new_one_and_says_it_was_not_a_crash(tmp_path: Path) -> None:
+    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(tmp_path / "s.db"))).start()
+    try:
+        pid = ingest.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        _wait(lambda: ingest.restarted is not None or ingest.failure is not None, BACK_WITHIN_S * 3, "the restart")
+        assert ingest.failure is None and ingest.restarted is not None and ingest.pid != pid
+        assert ingest.restarted[1].startswith("Ingest process restarted (it closed itself (exit code 0): a SIGTERM "
+                                              "sent to the ingest process alone); recording continues")
+    finally:
+        assert ingest.close()["messages"] == 0
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for its parent's wait (the supervisor reaps it at once)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
