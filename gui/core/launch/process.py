@@ -170,8 +170,9 @@ class ManagedProcess:
             return
         if self.stop_requested_s is None:
             self.stop_requested_s = time.monotonic()
-        self._remember_descendants()
-        self._signal(signal.SIGKILL)
+        reaped = self._popen.returncode is not None
+        self._remember_descendants(leader_gone=reaped)
+        self._signal(signal.SIGKILL, leader_gone=reaped)
         self._kill_at_s = None
 
     def update(self) -> StateChange | None:
@@ -209,7 +210,7 @@ class ManagedProcess:
             # The group leader is gone; make sure nothing it started survives it, including what it started while
             # the stop waited (torchrun spawning a rank when the stop came): orphans are found by their token.
             self._remember_descendants(leader_gone=True)
-            self._signal(signal.SIGKILL)
+            self._signal(signal.SIGKILL, leader_gone=True)
 
     def _remember_descendants(self, *, leader_gone: bool = False) -> None:
         """Add the process's descendants alive now to those a stop signals (children of children, ranks in sessions
@@ -228,10 +229,13 @@ class ManagedProcess:
             known |= {p.pid for p in found} | {self._popen.pid}
             self._descendants += _carrying(TOKEN_ENV, self._token, known)
 
-    def _signal(self, sig: int) -> None:
+    def _signal(self, sig: int, *, leader_gone: bool = False) -> None:
+        """``sig`` to every remembered descendant and to each one's process group, and to the leader's group. Once
+        the leader is reaped its pid is not trusted as a group (a new group leader may have that pid by then): its
+        group is signalled only through a remembered member that is still running (``is_running`` checks reuse)."""
         if self._popen is None:
             return
-        groups = {self._popen.pid}
+        groups = set() if leader_gone else {self._popen.pid}
         for child in self._descendants:
             try:
                 if child.is_running():  # psutil checks the pid was not reused by another process
