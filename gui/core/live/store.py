@@ -250,7 +250,10 @@ class LiveStore:
         want figures a few times a second (the runs table, hang checks, metrics) without building their own."""
         now = time.time() if now_s is None else now_s
         cached = self._cache
-        if cached is not None and 0 <= now - cached.now_s < max_age_s:
+        # A run's first steps are not left out for up to max_age_s: the runs table would say "0 steps" while the
+        # cards, drawn from the frame, count thousands (one snapshot more per run, once)
+        if (cached is not None and 0 <= now - cached.now_s < max_age_s
+                and (cached.steps_total > 0 or self._steps_total == 0)):
             return cached
         return self.snapshot(now_s)
 

@@ -238,6 +238,19 @@ def test_snapshot_is_immutable_and_cached_until_a_change() -> None:
     assert store.snapshot(now_s=T0 + 1.05).version > a.version
 
 
+def test_a_recent_snapshot_taken_before_the_first_steps_is_not_handed_out_once_they_came() -> None:
+    store = LiveStore()
+    for r in range(2):
+        store.on_batch(batch(f"a{r}", [hello(f"a{r}", [r])]), T0)
+    empty = store.snapshot(now_s=T0)  # a frame built while the ranks had only said hello
+    assert store.recent_snapshot(now_s=T0 + 0.1) is empty and empty.steps_total == 0
+    store.on_batch(batch("a0", [step(0, 0, T0 + 0.2)], seq=1), T0 + 0.2)
+    assert store.recent_snapshot(now_s=T0 + 0.3).steps_total == 1  # not the 0 of 0.3 s ago (the runs table's row)
+    with_steps = store.snapshot(now_s=T0 + 0.3)
+    store.on_batch(batch("a1", [step(1, 0, T0 + 0.4)], seq=1), T0 + 0.4)
+    assert store.recent_snapshot(now_s=T0 + 0.5) is with_steps  # from then on cached for up to max_age_s, as before
+
+
 def test_first_batch_is_kept_out_of_steady_pictures_but_updates_the_table() -> None:
     store = LiveStore()
     store.on_batch(batch("a", [Step(0, 0, T0, T0 + 5, 5.0, 4.9, 0.1, None, None, None, None, None, None, True)]),
