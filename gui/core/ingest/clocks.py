@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Final
 
 import numpy as np
@@ -23,6 +24,11 @@ CLOCK_ALIGN_MIN_S: Final[float] = 0.010
 """Clocks are aligned only where an agent's smallest transit is at least this far from 0: below it the estimate
 cannot tell a clock offset from the path's own delay (sub-millisecond on a LAN; a message's serialization on a slow
 link), and hosts kept in step by NTP are better left as they are."""
+
+SAME_CLOCK_TOLERANCE_S: Final[float] = 0.005
+"""An agent whose boot time (its wall clock minus its monotonic clock, both in its Hello) matches the collector's
+within this reads the collector's own kernel clock (same machine, or a container on it); a host booted at another
+instant, or a clock stepped since, differs by far more."""
 
 TIME_COLUMNS: Final[dict[str, tuple[str, ...]]] = {"steps": ("start_s", "end_s"), "gpu": ("ts_s",),
                                                    "host": ("ts_s",), "health": ("ts_s",)}
@@ -75,8 +81,22 @@ class ClockAligner:
 
     def __init__(self) -> None:
         self._min: dict[str, float] = {}
+        self._same: set[str] = set()  # agents on the collector's own clock (``note_hello``)
+
+    def note_hello(self, agent_id: str, hello: Any) -> None:
+        """Learn from an agent's Hello whether it reads the collector's own clock. Such an agent's offset is 0
+        whatever its transits say: a collector that falls behind (a join storm of thousands of ranks) reads every
+        message late, and the smallest transit so far would take that backlog for a clock offset."""
+        boot_there = hello.clock_wall_s - hello.clock_mono_s
+        boot_here = time.time() - time.monotonic()
+        if abs(boot_there - boot_here) < SAME_CLOCK_TOLERANCE_S:
+            self._same.add(agent_id)
+        else:
+            self._same.discard(agent_id)
 
     def offset(self, agent_id: str) -> float:
+        if agent_id in self._same:
+            return 0.0
         return self._min.get(agent_id, 0.0) if abs(self._min.get(agent_id, 0.0)) >= CLOCK_ALIGN_MIN_S else 0.0
 
     def align(self, batch: Any, recv_s: float) -> Any:

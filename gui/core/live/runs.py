@@ -138,8 +138,13 @@ class LiveRuns:
         """Route one message to its run's store; hold it briefly when its agent's Hello has not arrived yet.
         A message from a host whose clock is off is moved onto the collector's clock first (``ClockAligner``)."""
         try:
-            batch = self._clocks.align(batch, recv_s)
             hello = next((r for r in reversed(batch.records) if isinstance(r, Hello)), None)
+            if hello is not None:
+                self._clocks.note_hello(batch.agent_id, hello)
+            aligned = self._clocks.align(batch, recv_s)
+            if hello is not None and aligned is not batch:  # the Hello was moved onto the collector's clock too
+                hello = next(r for r in reversed(aligned.records) if isinstance(r, Hello))
+            batch = aligned
             with self._lock:
                 queued = None
                 run: _Run | None
