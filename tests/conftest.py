@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import zmq
+
+if TYPE_CHECKING:  # imported in the fixture: the environment below is set before any of Ringscope is imported
+    from ringscope.gui.core.ingest.collector import Collector
+    from tests.sinks import KeepingSink
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Agents started by tests must never talk to a developer's running app on the default port.
@@ -38,3 +43,15 @@ def push() -> Iterator[Callable[[str], zmq.Socket]]:
     for sock in sockets:
         sock.close(0)
     context.term()
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[Collector, KeepingSink]]:
+    """A real collector on a free port handing every message to a ``KeepingSink``; closed at teardown."""
+    from ringscope.gui.core.ingest.collector import Collector
+    from tests.sinks import KeepingSink
+
+    sink = KeepingSink()
+    running = Collector("tcp://127.0.0.1:0", [sink]).start()
+    yield running, sink
+    running.close()

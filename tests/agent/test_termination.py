@@ -12,14 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from ringscope.agent.schema import Event
 from ringscope.agent.termination import FLUSH_S
-from ringscope.gui.core.ingest.collector import Collector
-from tests.gui.core.ingest.test_collector import ListSink, wait_for
+from tests.sinks import wait_for
 
 STEPS = 500
 
@@ -63,14 +61,6 @@ print("ready", flush=True)
 time.sleep(60)
 print("slept", flush=True)
 """
-
-
-@pytest.fixture
-def collector() -> Iterator[tuple[Collector, ListSink]]:
-    sink = ListSink()
-    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
-    yield collector, sink
-    collector.close()
 
 
 def _start(endpoint: str, mode: str) -> subprocess.Popen[str]:

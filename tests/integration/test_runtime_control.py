@@ -7,47 +7,21 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ringscope.agent import wire
-from ringscope.agent.schema import Event, EventKind, Step
+from ringscope.agent.schema import EventKind
 from ringscope.gui.core.ingest.ask import ask
 from ringscope.gui.core.ingest.collector import Collector
-from ringscope.gui.core.ingest.sink import Gap, Rejection
+from tests.sinks import KeepingSink
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "integration" / "scripts" / "plain_ddp.py"
 
 pytestmark = pytest.mark.slow
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.records: list[object] = []
-        self.lock = threading.Lock()
-
-    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
-        with self.lock:
-            self.records.extend(batch.records)
-
-    def on_gap(self, gap: Gap) -> None:
-        pass
-
-    def on_rejection(self, rejection: Rejection) -> None:
-        pass
-
-    def steps(self) -> list[Step]:
-        with self.lock:
-            return [r for r in self.records if isinstance(r, Step)]
-
-    def events(self, kind: str) -> list[Event]:
-        with self.lock:
-            return [r for r in self.records if isinstance(r, Event) and r.event == kind]
 
 
 def _stop(training: subprocess.Popen[str]) -> None:
@@ -67,9 +41,9 @@ def _wait(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def ddp_run() -> Iterator[tuple[Collector, _Sink]]:
+def ddp_run() -> Iterator[tuple[Collector, KeepingSink]]:
     """One zero-code DDP run (2 gloo ranks, ~20 ms steps) for the module's tests, in file order."""
-    sink = _Sink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [sink]).start()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("RINGSCOPE_DDP_TIMING", None)
@@ -86,7 +60,7 @@ def ddp_run() -> Iterator[tuple[Collector, _Sink]]:
         collector.close()
 
 
-def test_ddp_timing_goes_from_light_to_full_while_the_run_trains(ddp_run: tuple[Collector, _Sink]) -> None:
+def test_ddp_timing_goes_from_light_to_full_while_the_run_trains(ddp_run: tuple[Collector, KeepingSink]) -> None:
     collector, sink = ddp_run
     assert all(s.bucket_count is None for s in sink.steps())  # light timing on CPU/gloo: no comm hook
     result = ask(collector.endpoint, "set", run_id="control-run", settings={"timing": "full"})
@@ -101,7 +75,7 @@ def test_ddp_timing_goes_from_light_to_full_while_the_run_trains(ddp_run: tuple[
 
 
 def test_ringscope_profile_hands_back_one_trace_with_both_ranks_operators(
-        ddp_run: tuple[Collector, _Sink], tmp_path: Path) -> None:
+        ddp_run: tuple[Collector, KeepingSink], tmp_path: Path) -> None:
     collector, sink = ddp_run
     out = tmp_path / "profile"
     done = subprocess.run([sys.executable, "-m", "ringscope.gui.cli", "profile", "--endpoint", collector.endpoint,
@@ -125,7 +99,7 @@ def test_ringscope_profile_hands_back_one_trace_with_both_ranks_operators(
 
 def test_a_tensorflow_profile_on_demand_is_kept_in_tensorboards_layout(tmp_path: Path) -> None:
     """A custom loop under MirroredStrategy (2 CPU replicas, zero-code): TensorFlow's profiler for 3 steps."""
-    sink = _Sink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [sink]).start()
     script = ROOT / "tests" / "integration" / "scripts" / "tf_straggler.py"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}

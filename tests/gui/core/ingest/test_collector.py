@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import msgpack
 import pytest
@@ -17,7 +17,7 @@ from ringscope.agent.schema import SCHEMA_VERSION, Step
 from ringscope.gui.core.ingest.collector import Collector, CollectorError
 from ringscope.gui.core.ingest.recorder import Recorder
 from ringscope.gui.core.ingest.session_reader import load
-from ringscope.gui.core.ingest.sink import Gap, Rejection
+from tests.sinks import KeepingSink, wait_for
 
 AGENT_SCRIPT = """
 import sys, agent
@@ -30,45 +30,15 @@ telemetry.close(5.0)
 """
 
 
-class ListSink:
-    """A real sink that keeps what it is given (thread-safe appends)."""
-
-    def __init__(self) -> None:
-        self.batches: list[tuple[wire.Batch, float]] = []
-        self.gaps: list[Gap] = []
-        self.rejections: list[Rejection] = []
-
-    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
-        self.batches.append((batch, recv_s))
-
-    def on_gap(self, gap: Gap) -> None:
-        self.gaps.append(gap)
-
-    def on_rejection(self, rejection: Rejection) -> None:
-        self.rejections.append(rejection)
-
-    def steps(self) -> list[Step]:
-        return [r for b, _ in self.batches for r in b.records if isinstance(r, Step)]
-
-
-class FailingSink(ListSink):
+class FailingSink(KeepingSink):
     def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
         raise RuntimeError("this sink always fails")
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 @pytest.fixture
-def collector_and_sink() -> Iterator[tuple[Collector, ListSink]]:
+def collector_and_sink() -> Iterator[tuple[Collector, KeepingSink]]:
     # The failing sink comes first: every test below also shows that its exceptions stop nobody else.
-    sink = ListSink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [FailingSink(), sink]).start()
     yield collector, sink
     collector.close()
@@ -176,7 +146,7 @@ def test_close_is_idempotent_and_bounded() -> None:
     assert time.monotonic() - started < 2.0
 
 
-class SlowSink(ListSink):
+class SlowSink(KeepingSink):
     """A real sink that takes its time (a recorder's disk, live runs at many ranks): the collector falls behind."""
 
     def on_batch(self, batch: wire.Batch, recv_s: float) -> None:

@@ -3,48 +3,15 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
 from ringscope.agent import wire
 from ringscope.agent.schema import Step
 from ringscope.gui.core.analysis.info import summarize
 from ringscope.gui.core.ingest.collector import MAX_FRAME_BYTES, Collector
 from ringscope.gui.core.ingest.recorder import Recorder
-from ringscope.gui.core.ingest.sink import JOINED_LATE, Gap, Rejection
+from ringscope.gui.core.ingest.sink import JOINED_LATE
 from tests.agent import hostile
-
-
-class Sink:
-    """A real sink keeping what it is given, including the optional joined-late hook."""
-
-    def __init__(self) -> None:
-        self.batches: list[wire.Batch] = []
-        self.gaps: list[Gap] = []
-        self.late: list[Gap] = []
-        self.rejections: list[Rejection] = []
-
-    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
-        self.batches.append(batch)
-
-    def on_gap(self, gap: Gap) -> None:
-        self.gaps.append(gap)
-
-    def on_joined_late(self, gap: Gap) -> None:
-        self.late.append(gap)
-
-    def on_rejection(self, rejection: Rejection) -> None:
-        self.rejections.append(rejection)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
+from tests.sinks import KeepingSink, wait_for
 
 
 def _step(agent_id: str, seq: int, rank: int = 0) -> bytes:
@@ -52,7 +19,7 @@ def _step(agent_id: str, seq: int, rank: int = 0) -> bytes:
 
 
 def test_caps_on_agents_ranks_and_run_ids_reject_and_count_while_known_agents_go_on(push) -> None:
-    sink = Sink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [sink], max_agents=3, max_ranks=6, max_run_ids=2).start()
     try:
         sock = push(collector.endpoint)
@@ -68,7 +35,7 @@ def test_caps_on_agents_ranks_and_run_ids_reject_and_count_while_known_agents_go
         assert wait_for(lambda: len(sink.batches) + len(sink.rejections) == 9)
     finally:
         collector.close()
-    assert [b.agent_id for b in sink.batches] == ["a0", "a1", "a2", "a0", "a2"]
+    assert [b.agent_id for b in sink.messages()] == ["a0", "a1", "a2", "a0", "a2"]
     assert collector.counters.rejected == {"too_many_runs": 1, "too_many_ranks": 2, "too_many_agents": 1}
     texts = {r.reason: r.detail for r in sink.rejections}
     assert "at most 3" in texts["too_many_agents"] and "new session" in texts["too_many_agents"]
@@ -78,7 +45,7 @@ def test_caps_on_agents_ranks_and_run_ids_reject_and_count_while_known_agents_go
 
 
 def test_an_agents_first_message_after_seq_0_is_a_joined_late_range_not_a_gap(push, tmp_path) -> None:
-    sink = Sink()
+    sink = KeepingSink()
     recorder = Recorder(tmp_path / "late.db").start()
     collector = Collector("tcp://127.0.0.1:0", [sink, recorder]).start()
     try:
@@ -120,7 +87,7 @@ def test_huge_claimed_gaps_are_counted_and_the_file_still_reads(push, tmp_path) 
 
 
 def test_a_frame_beyond_zeromqs_limit_costs_that_connection_only(push) -> None:
-    sink = Sink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [sink]).start()
     try:
         rogue = push(collector.endpoint)
@@ -132,7 +99,7 @@ def test_a_frame_beyond_zeromqs_limit_costs_that_connection_only(push) -> None:
         assert wait_for(lambda: len(sink.batches) == 20)
     finally:
         collector.close()
-    assert [b.seq for b in sink.batches] == list(range(20))
+    assert [b.seq for b in sink.messages()] == list(range(20))
     assert set(collector.counters.rejected) <= {"oversized"}
 
 

@@ -23,13 +23,13 @@ from ringscope.gui.core.ingest.collector import Collector
 from ringscope.gui.core.launch import Launcher
 from ringscope.gui.core.launch.commands import build_commands
 from ringscope.gui.core.launch.spec import LaunchSpec
-from tests.gui.core.ingest.test_collector import ListSink, wait_for
+from tests.sinks import KeepingSink, wait_for
 
 
 @pytest.fixture
-def secure(tmp_path: Path) -> Iterator[tuple[Collector, ListSink, CollectorKeys]]:
+def secure(tmp_path: Path) -> Iterator[tuple[Collector, KeepingSink, CollectorKeys]]:
     keys = collector_keys(tmp_path / "keys.json")
-    sink = ListSink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [sink], keys=keys).start()
     yield collector, sink, keys
     collector.close()
@@ -129,7 +129,7 @@ def test_keys_command_prints_a_token_agents_accept(tmp_path: Path) -> None:
 def test_an_agent_with_a_token_at_a_plain_collector_is_counted_not_silent(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv(ENV_KEY, raising=False)
     monkeypatch.delenv(ENV_KEY_FILE, raising=False)
-    sink = ListSink()
+    sink = KeepingSink()
     collector = Collector("tcp://127.0.0.1:0", [sink]).start()
     try:
         _send_steps(collector.endpoint, CollectorKeys.generate().agent_keys, "has-a-token")

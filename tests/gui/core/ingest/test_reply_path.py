@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import msgpack
 import pytest
@@ -21,32 +21,8 @@ from ringscope.gui.core.analysis.stacks import fold, render_text
 from ringscope.gui.core.ingest.ask import AskError, ask
 from ringscope.gui.core.ingest.collector import SETTINGS_REQUEST_ID, Collector
 from ringscope.gui.core.ingest.requests import find_py_spy
-from ringscope.gui.core.ingest.sink import Gap, Rejection
 from tests.agent import hostile
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, object]] = []
-        self.lock = threading.Lock()
-
-    def on_batch(self, batch: wire.Batch, recv_s: float) -> None:
-        with self.lock:
-            self.records.extend((batch.agent_id, r) for r in batch.records)
-
-    def on_gap(self, gap: Gap) -> None:
-        pass
-
-    def on_rejection(self, rejection: Rejection) -> None:
-        pass
-
-    def events(self, kind: str) -> list[Event]:
-        with self.lock:
-            return [r for _, r in self.records if isinstance(r, Event) and r.event == kind]
-
-    def steps(self) -> list[Step]:
-        with self.lock:
-            return [r for _, r in self.records if isinstance(r, Step)]
+from tests.sinks import KeepingSink
 
 
 class _Hold:
@@ -118,15 +94,7 @@ class _Training:
             agent.close()
 
 
-@pytest.fixture
-def collector() -> Iterator[tuple[Collector, _Sink]]:
-    sink = _Sink()
-    collector = Collector("tcp://127.0.0.1:0", [sink]).start()
-    yield collector, sink
-    collector.close()
-
-
-def _heard(sink: _Sink, ranks: int) -> Callable[[], bool]:
+def _heard(sink: KeepingSink, ranks: int) -> Callable[[], bool]:
     """The collector has steps of every rank (so it knows their agents)."""
     return lambda: {s.rank for s in sink.steps()} >= set(range(ranks))
 
@@ -138,7 +106,7 @@ def _wait(condition: Callable[[], object], timeout_s: float = 15.0) -> None:
         time.sleep(0.02)
 
 
-def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tuple[Collector, _Sink]) -> None:
+def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tuple[Collector, KeepingSink]) -> None:
     col, sink = collector
     training = _Training(col.endpoint, 2)
     try:
@@ -163,7 +131,7 @@ def test_stacks_on_demand_show_every_rank_in_its_training_function(collector: tu
     _wait(lambda: len(sink.events("stacks")) >= 2)
 
 
-def test_set_changes_a_runtime_setting_and_the_change_is_an_event(collector: tuple[Collector, _Sink]) -> None:
+def test_set_changes_a_runtime_setting_and_the_change_is_an_event(collector: tuple[Collector, KeepingSink]) -> None:
     col, sink = collector
     training = _Training(col.endpoint, 2)
     try:
@@ -184,7 +152,7 @@ def test_set_changes_a_runtime_setting_and_the_change_is_an_event(collector: tup
 def test_a_collector_with_agent_settings_sends_them_to_every_agent_once_and_the_answers_are_recorded() -> None:
     """A headless recorder asks its agents to flush less often (issue 29: fewer wake-ups on the training's cores);
     agents that join later get the settings too, and each agent's answer is in the telemetry."""
-    sink = _Sink()
+    sink = KeepingSink()
     col = Collector("tcp://127.0.0.1:0", [sink], agent_settings={"flush_interval_s": 0.2}).start()
     training = _Training(col.endpoint, 2)
     late = None
@@ -212,7 +180,7 @@ def test_a_collector_refuses_agent_settings_agents_would_refuse() -> None:
         Collector("tcp://127.0.0.1:0", [], agent_settings={"flush_interval_s": 5.0})
 
 def test_bad_requests_are_refused_counted_and_answered_while_the_training_goes_on(
-        collector: tuple[Collector, _Sink], push: Callable[[str], zmq.Socket]) -> None:
+        collector: tuple[Collector, KeepingSink], push: Callable[[str], zmq.Socket]) -> None:
     col, sink = collector
     training = _Training(col.endpoint, 1)
     tool = push(col.endpoint)
@@ -245,7 +213,7 @@ def test_bad_requests_are_refused_counted_and_answered_while_the_training_goes_o
 
 def test_a_tool_without_the_access_token_is_refused_and_counted(tmp_path) -> None:  # type: ignore[no-untyped-def]
     keys = CollectorKeys.load_or_create(tmp_path / "keys.json")
-    sink = _Sink()
+    sink = KeepingSink()
     col = Collector("tcp://127.0.0.1:0", [sink], keys=keys).start()
     training = _Training(col.endpoint, 1, keys=keys.agent_keys)
     try:
@@ -285,7 +253,7 @@ def test_an_agent_refuses_bad_control_messages_and_keeps_sending() -> None:
     assert agent.stats is not None and agent.stats.control_refused == 5
 
 
-def test_a_message_sent_twice_is_kept_once(collector: tuple[Collector, _Sink],
+def test_a_message_sent_twice_is_kept_once(collector: tuple[Collector, KeepingSink],
                                            push: Callable[[str], zmq.Socket]) -> None:
     col, sink = collector
     sock = push(col.endpoint)
@@ -303,7 +271,7 @@ def test_a_stack_dump_is_recorded_and_exported_in_the_report(tmp_path) -> None: 
     from ringscope.gui.core.report.html import render_html
 
     recorder = Recorder(tmp_path / "s.db").start()
-    sink = _Sink()
+    sink = KeepingSink()
     col = Collector("tcp://127.0.0.1:0", [recorder, sink]).start()
     training = _Training(col.endpoint, 2)
     try:
@@ -335,7 +303,7 @@ re.match(r"(a+)+$", "a" * 40 + "b")  # catastrophic backtracking: C code that ne
 
 
 def test_a_rank_holding_the_gil_in_native_code_is_named_and_read_with_py_spy(
-        collector: tuple[Collector, _Sink], tmp_path) -> None:  # type: ignore[no-untyped-def]
+        collector: tuple[Collector, KeepingSink], tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys
 
@@ -379,7 +347,7 @@ def test_the_request_commands_say_what_is_wrong(args: list[str], code: int, says
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
-class _SlowSink(_Sink):
+class _SlowSink(KeepingSink):
     """A collector thread that falls behind: every message costs it ``delay_s`` (a recorder behind on its writes)."""
 
     def __init__(self, delay_s: float) -> None:
