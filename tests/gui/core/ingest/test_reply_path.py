@@ -15,11 +15,11 @@ import zmq
 
 from ringscope.agent import control, runtime, wire
 from ringscope.agent.keys import CollectorKeys
-from ringscope.agent.publisher import Publisher
+from ringscope.agent.publisher import FLUSH_INTERVAL_S, Publisher
 from ringscope.agent.schema import Event, Step
 from ringscope.gui.core.analysis.stacks import fold, render_text
 from ringscope.gui.core.ingest.ask import AskError, ask
-from ringscope.gui.core.ingest.collector import SETTINGS_REQUEST_ID, Collector
+from ringscope.gui.core.ingest.collector import SETTINGS_REQUEST_ID, Collector, scaled_flush_s
 from ringscope.gui.core.ingest.requests import find_py_spy
 from tests.agent import hostile
 from tests.sinks import KeepingSink
@@ -173,6 +173,33 @@ def test_a_collector_with_agent_settings_sends_them_to_every_agent_once_and_the_
     assert intervals == [0.2, 0.2, 0.2]
     assert len(answers) == 3
     assert all(a["id"] == SETTINGS_REQUEST_ID and a["applied"] == {"flush_interval_s": 0.2} for a in answers)
+
+
+def test_agents_of_a_large_run_are_asked_to_flush_less_often_by_its_size(collector) -> None:  # type: ignore[no-untyped-def]
+    """One agent per rank at 1 024+ ranks would send more messages than a collector reads: each agent of a run whose
+    Hello says 2 048 one-rank agents is asked for a 0.4 s flush (at least what the collector's own settings ask); a
+    small run in the same session keeps its agents' own 50 ms and is sent nothing."""
+    col, sink = collector
+    assert scaled_flush_s(2, 1) is None and scaled_flush_s(8192, 32) is None  # 256 agents: below the threshold
+    assert (scaled_flush_s(512, 1), scaled_flush_s(1024, 1), scaled_flush_s(2048, 1), scaled_flush_s(8192, 1)) == (
+        0.1, 0.2, 0.4, 1.0)
+    large = [runtime.start(framework="custom", strategy="none", rank=rank, world_size=2048, run_id="large",
+                           endpoint=col.endpoint, sample_devices=False) for rank in range(2)]
+    small = runtime.start(framework="custom", strategy="none", rank=0, world_size=2, run_id="small",
+                          endpoint=col.endpoint, sample_devices=False)
+    try:
+        for rank, telemetry in enumerate([*large, small]):
+            telemetry.step(rank % 2, 0, time.time() - 0.1, time.time())
+        _wait(lambda: len(sink.events("control")) >= 2 and {s.rank for s in sink.steps()} == {0, 1})
+        time.sleep(0.3)  # a third answer would be the small run's: none may come
+        answers = [json.loads(e.text or "{}") for e in sink.events("control")]
+        intervals = [t._publisher.flush_interval_s for t in [*large, small]]  # type: ignore[union-attr]
+    finally:
+        for telemetry in [*large, small]:
+            telemetry.close()
+    assert intervals[:2] == [0.4, 0.4] and intervals[2] == FLUSH_INTERVAL_S != 0.4
+    assert len(answers) == 2
+    assert all(a["id"] == SETTINGS_REQUEST_ID and a["applied"] == {"flush_interval_s": 0.4} for a in answers)
 
 
 def test_a_collector_refuses_agent_settings_agents_would_refuse() -> None:
