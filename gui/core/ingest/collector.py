@@ -49,6 +49,7 @@ from ringscope.agent.devices import host_name
 from ringscope.agent.keys import CollectorKeys
 from ringscope.agent.schema import Event, EventKind, Hello
 from ringscope.gui.core.ingest.admission import Admission
+from ringscope.gui.core.ingest.agent_settings import agent_settings_for
 from ringscope.gui.core.ingest.requests import LIVE_S, Requests, Routes
 from ringscope.gui.core.ingest.sink import JOINED_LATE, IngestCounters, IngestSink, Rejection
 from ringscope.gui.core.ingest.socket_setup import (
@@ -101,12 +102,6 @@ _DRAIN_MAX: Final[int] = 1000  # messages handled per poll wake-up before re-che
 SETTINGS_REQUEST_ID: Final[str] = "collector-settings"
 """The request id of the settings a collector sends every agent (``agent_settings``); the agents' answers, recorded
 as ``control`` events, carry it."""
-SCALED_FLUSH_FROM_AGENTS: Final[int] = 512
-"""A run of this many agents or more (its Hello's world size over the ranks each agent reports for: one agent per
-DDP rank) is asked to flush less often, ``scaled_flush_s``: every agent flushing every 50 ms is ~20 messages a second
-each, and at ~85 µs a message 1 024 one-rank agents would need ~1.7 of a collector's cores; the records then wait
-longer on the agents instead of piling up, unbounded, in the collector's queue."""
-SCALED_FLUSH_PER_AGENT_S: Final[float] = 0.05 / 256  # 512 agents 0.1 s, 1 024 0.2 s, 2 048 0.4 s, 5 120+ 1 s
 _READ_SLICE_S: Final[float] = 0.1  # and at most this long, so the reply path keeps its pace under a backlog
 _QUIET_MS: Final[int] = 100  # at close: this long without a message means everything on its way has arrived
 CLOSE_DRAIN_S: Final[float] = 2.0
@@ -400,7 +395,7 @@ class Collector:
                 route.run_id, route.ranks, route.host, route.pid = (record.run_id, tuple(record.ranks or [record.rank]),
                                                                     record.host, record.pid)
                 if not route.configured:
-                    settings = self._settings_for(record)
+                    settings = agent_settings_for(self._agent_settings, record)
                     if settings:
                         route.configured = True
                         self._to_configure.append((batch.agent_id, settings))
@@ -494,25 +489,13 @@ class Collector:
 
     def _configure(self, socket: zmq.Socket) -> None:
         """Send the agent settings to the agents heard from since the last wake (their answers are recorded)."""
-        encoded: dict[str, list[bytes]] = {}  # a run's agents share their settings: encoded once
-        for agent_id, settings in self._to_configure:
-            key = repr(sorted(settings.items()))
-            frames = encoded.get(key)
-            if frames is None:
-                frames = encoded[key] = control.encode(control.SET, id=SETTINGS_REQUEST_ID, settings=settings)
+        for agent_id, settings in self._to_configure:  # a few µs each, once per agent
+            frames = control.encode(control.SET, id=SETTINGS_REQUEST_ID, settings=settings)
             route = self._routes.get(agent_id)
             if route is not None and not self._send(socket, route.identity, frames):
                 route.configured = False  # its queue is full: the next Hello (every 5 s) tries again
         self._to_configure.clear()
 
-    def _settings_for(self, hello: Hello) -> dict[str, object]:
-        """What an agent is asked to set when its Hello arrives: the collector's ``agent_settings``, with a flush
-        interval at least ``scaled_flush_s`` of its run's size."""
-        settings = dict(self._agent_settings or {})
-        flush = scaled_flush_s(hello.world_size, len(hello.ranks or ()) or 1)
-        if flush is not None and flush > float(settings.get("flush_interval_s", 0.0) or 0.0):  # type: ignore[arg-type]
-            settings["flush_interval_s"] = flush
-        return settings
 
     def _send(self, socket: zmq.Socket, identity: bytes, frames: list[bytes]) -> bool:
         """Send to one peer without ever blocking; False when it is gone or not reading."""
@@ -563,12 +546,3 @@ def _request_id(frames: list[bytes]) -> str:
     except Exception:
         return ""
 
-
-def scaled_flush_s(world_size: int, ranks_per_agent: int) -> float | None:
-    """The flush interval an agent of a run this size is asked for (None: small enough for the agents' own); see
-    ``SCALED_FLUSH_FROM_AGENTS``. Costs latency: a record waits up to this long on its agent (half of it on average)."""
-    agents = -(-max(int(world_size), 0) // max(int(ranks_per_agent), 1))
-    if agents < SCALED_FLUSH_FROM_AGENTS:
-        return None
-    high = float(control.SETTINGS["flush_interval_s"][2])  # type: ignore[arg-type]
-    return round(min(high, SCALED_FLUSH_PER_AGENT_S * agents), 3)

@@ -18,8 +18,9 @@ from ringscope.agent.keys import CollectorKeys
 from ringscope.agent.publisher import FLUSH_INTERVAL_S, Publisher
 from ringscope.agent.schema import Event, Step
 from ringscope.gui.core.analysis.stacks import fold, render_text
+from ringscope.gui.core.ingest.agent_settings import scaled_flush_s
 from ringscope.gui.core.ingest.ask import AskError, ask
-from ringscope.gui.core.ingest.collector import SETTINGS_REQUEST_ID, Collector, scaled_flush_s
+from ringscope.gui.core.ingest.collector import SETTINGS_REQUEST_ID, Collector
 from ringscope.gui.core.ingest.requests import find_py_spy
 from tests.agent import hostile
 from tests.sinks import KeepingSink
