@@ -496,7 +496,6 @@ class Collector:
                 route.configured = False  # its queue is full: the next Hello (every 5 s) tries again
         self._to_configure.clear()
 
-
     def _send(self, socket: zmq.Socket, identity: bytes, frames: list[bytes]) -> bool:
         """Send to one peer without ever blocking; False when it is gone or not reading."""
         try:
@@ -545,4 +544,3 @@ def _request_id(frames: list[bytes]) -> str:
         return request_id[: control.MAX_REQUEST_ID_CHARS] if isinstance(request_id, str) else ""
     except Exception:
         return ""
-

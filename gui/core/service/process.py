@@ -45,6 +45,9 @@ CLEAN_EXIT_GRACE_S: Final[float] = 3.0
 """An ingest process that ends with exit code 0 closed its recording on a SIGTERM. Sent to the window's whole process
 group (GNU ``timeout``, a terminal's job control) or to every process of its cgroup (systemd), the window got it too
 and closes within a heartbeat (0.2 s): the supervisor waits this long for that close before it starts a new one."""
+CLOSED_ITSELF: Final[str] = "it closed itself (exit code 0): a SIGTERM sent to the ingest process alone"
+"""Why an ingest process ended with exit code 0 while its window was not closing: its SIGTERM handler closed the
+recording, so someone signalled it and not the window as a whole. Not a crash; it is replaced all the same."""
 
 
 class IngestError(RuntimeError):
@@ -72,8 +75,8 @@ class IngestProcess:
         self._calls_lock = threading.Lock()
         self._frames_link: tuple[int, Connection] | None = None  # (generation, the current process's frames end)
         self.frames: FrameChannel | None = None
-        self._closing = False
-        self._closed = threading.Event()  # set by close(): a supervisor waiting out a clean exit stops at once
+        self._closing = threading.Event()  # set by close(): no restart follows; a supervisor waiting out a clean exit
+        # stops waiting at once
         self._failure: str | None = None
         self._max_restarts, self._restart_window_s = max_restarts, restart_window_s
         self._restart_lock = threading.Lock()  # held by a restart in flight: close waits for it
@@ -122,7 +125,7 @@ class IngestProcess:
         """A channel broke (``generation``: of which process; None: the current one). A dead process is the
         supervisor's to restart or report; a channel broken to a live process is the end (``failure``)."""
         link = self._frames_link
-        if self._closing or self._restarting is not None or (
+        if self._closing.is_set() or self._restarting is not None or (
                 generation is not None and link is not None and generation != link[0]):
             return
         if self._process is not None:
@@ -167,8 +170,7 @@ class IngestProcess:
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> dict[str, Any]:
         """Close the collector, then the recording (every record written), and end the process. Returns its
         closing figures (empty when it was gone already)."""
-        self._closing = True
-        self._closed.set()
+        self._closing.set()
         with self._restart_lock:  # a restart in flight finishes first (its process is closed here); none follows
             pass
         figures: dict[str, Any] = {}
@@ -204,10 +206,10 @@ class IngestProcess:
             process = self._process
             assert process is not None
             process.wait()
-            if process.returncode == 0 and self._closed.wait(CLEAN_EXIT_GRACE_S):
+            if process.returncode == 0 and self._closing.wait(CLEAN_EXIT_GRACE_S):
                 return  # a signal for the whole window ended it first: the window is closing, not a crash
             with self._restart_lock:
-                if self._closing or not self._restart(_ended_text(process)):
+                if self._closing.is_set() or not self._restart(_ended_text(process)):
                     return
 
     def _restart(self, crash: str) -> bool:
@@ -251,7 +253,7 @@ class IngestProcess:
             self.call_quietly(target, name, *args)
         recording = ("recording continues in the same session" if self.recording_path is not None
                      else "the session is not recorded: the runs shown start again from now")
-        cause = f"crash: {crash}" if not crash.startswith("it closed itself") else crash
+        cause = crash if crash == CLOSED_ITSELF else f"crash: {crash}"
         self._restarted = (generation, f"Ingest process restarted ({cause}); {recording}")
         log.warning("%s (in %.1f s)", self._restarted[1], time.monotonic() - now)
         return True
@@ -321,6 +323,6 @@ def _ended_text(process: subprocess.Popen[bytes]) -> str:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
-    if code == 0:  # its SIGTERM handler closed the recording: someone signalled it, and not the window as a whole
-        return "it closed itself (exit code 0): a SIGTERM sent to the ingest process alone"
+    if code == 0:
+        return CLOSED_ITSELF
     return f"exit code {code}"
