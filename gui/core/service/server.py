@@ -69,6 +69,10 @@ ORPHAN_QUIET_S: Final[float] = 30.0
 FRAME_CPU_SHARE: Final[float] = 0.25
 """At most this share of the ingest process's time goes to building frames (the collector has the rest): frames
 come as fast as the window asks while they are cheap, less often when each costs more (many ranks)."""
+TERM_GRACE_S: Final[float] = 5.0
+"""A SIGTERM is usually sent to the window too (its process group: GNU ``timeout``, job control; its cgroup:
+systemd), which then closes this process in order, its last launch notes included: it closes itself only when no such
+close came within this long, or at once when its window is gone."""
 SWITCH_INTERVAL_S: Final[float] = float(os.environ.get("RINGSCOPE_INGEST_SWITCH_S", "0.001"))
 """The ingest process's GIL switch interval (seconds)."""
 
@@ -314,8 +318,8 @@ def serve(frames: Connection, calls: Connection) -> int:
     # The frames thread and the collector thread share this process's GIL; with the default 5 ms switch interval a
     # 7 ms frame build waited ~50 ms (p95) behind the collector's decoding at 1024 ranks.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop, terminated = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     try:
         setup: IngestSetup = calls.recv()
         service = IngestService(setup).start()
@@ -331,7 +335,13 @@ def serve(frames: Connection, calls: Connection) -> int:
     threading.Thread(target=_serve, args=(calls, lambda r: _answer_call(service, r), window_gone, stop),
                      name="ringscope-calls",
                      daemon=True).start()
+    terminated_at: float | None = None
     while not stop.wait(0.2):
+        if terminated.is_set():
+            terminated_at = terminated_at or time.monotonic()
+            if window_gone.is_set() or time.monotonic() - terminated_at >= TERM_GRACE_S:
+                log.warning("SIGTERM and no close from the window: closing the recording")
+                break
         if window_gone.is_set() and service.quiet_for_s() >= setup.orphan_quiet_s:
             log.warning("the window is gone and no agent sent for %.0f s: closing the recording",
                         setup.orphan_quiet_s)

@@ -152,8 +152,9 @@ def test_a_session_not_recorded_restarts_too_and_says_its_runs_start_again(tmp_p
 
 def test_a_sigterm_to_the_whole_window_closes_it_without_a_restart_and_keeps_every_step(tmp_path: Path) -> None:
     """GNU ``timeout`` (and a terminal's job control) signals the window's whole process group; systemd signals its
-    whole cgroup. The ingest process's SIGTERM handler closes the recording first (exit 0), and the window closes
-    ~0.2 s later on its heartbeat: no new process may be started in between, and no crash reported."""
+    whole cgroup. The window closes ~0.2 s later on its heartbeat: the ingest process waits for that close, so what
+    the window notes while closing (its launches' last state) is recorded, no new process is started and no crash
+    is reported."""
     path = tmp_path / "s.db"
     ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path))).start()
     pid = ingest.pid
@@ -162,13 +163,17 @@ def test_a_sigterm_to_the_whole_window_closes_it_without_a_restart_and_keeps_eve
     _wait(lambda: _committed_steps(path) >= 500, what="some recording")
     training.finish()
     os.kill(pid, signal.SIGTERM)
-    _wait(lambda: not _alive(pid), what="the ingest process to close on SIGTERM")
     time.sleep(0.3)  # the window's signal heartbeat (0.2 s) runs its close
-    assert ingest.close() == {}  # it was gone already: the figures went with it
+    assert _alive(pid)  # it waits for the window's close (TERM_GRACE_S), so the window's last notes are recorded
+    ingest.call("recorder", "note_launch", "term", "stopped", -15, time.time(), "stopped from the window")
+    figures = ingest.close()
+    assert figures["messages"] > 0 and figures["write_errors"] == 0  # closed in order by the window
     assert ingest.restarted is None and ingest.failure is None and ingest.pid == pid
     data = load_session(path)
     assert len(data.steps["step"]) == 2 * training.steps and data.counters["gaps"] == 0  # closed in order: nothing lost
     assert "segments" not in data.counters["meta"]  # one segment: the recording was never resumed
+    with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as connection:
+        assert connection.execute("SELECT run_id, state FROM launches").fetchall() == [("term", "stopped")]
 
 
 def test_a_sigterm_to_the_ingest_process_alone_starts_a_new_one_and_says_it_was_not_a_crash(tmp_path: Path) -> None:
