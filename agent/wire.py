@@ -103,7 +103,9 @@ class Batch:
 
     ``skipped`` counts records of unknown kinds (from a newer minor version) that were left out. ``size_bytes`` is
     the message's size on the wire; ``memory_bytes`` an upper estimate of what the decoded batch holds in memory
-    (what receivers bound their queues by).
+    (what receivers bound their queues by), its message included. ``raw`` is the message itself as it was decoded
+    (bytes; None for a batch built in memory): a receiver that forwards it to another process sends these bytes, not
+    a re-encoding.
     """
 
     agent_id: str
@@ -114,6 +116,7 @@ class Batch:
     skipped: int = 0
     size_bytes: int = 0
     memory_bytes: int = 0
+    raw: bytes | None = None
 
 
 # ---- Public API --------------------------------------------------------------------------------------------------
@@ -208,8 +211,9 @@ def _decode(data: bytes | memoryview) -> Batch:
         records.append(record)
         if isinstance(record, Hello):
             items += len(record.ranks) + sum(len(device) for device in record.devices)
-    memory = size + RECORD_MEMORY_BYTES * len(body) + ITEM_MEMORY_BYTES * items
-    return Batch(agent_id, seq, sent_s, version, records, skipped, size, memory)
+    raw = data if type(data) is bytes else None
+    memory = size * (2 if raw is not None else 1) + RECORD_MEMORY_BYTES * len(body) + ITEM_MEMORY_BYTES * items
+    return Batch(agent_id, seq, sent_s, version, records, skipped, size, memory, raw)
 
 
 def _check_version(raw: Any) -> tuple[int, int]:

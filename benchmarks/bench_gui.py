@@ -25,6 +25,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from ringscope.gui.core.ingest.recorder_process import wanted as recorder_process_wanted
+
 RUNS: Final[int] = 5
 """Full mode measures this many runs, each with a fresh window, ingest process and simulated cluster."""
 TARGET_FPS: Final[float] = 30.0
@@ -50,6 +52,7 @@ def run(quick: bool = False, ranks: int | None = None, rate: float | None = None
         seconds = 30.0
     name = "gui" if (ranks, rate) == (default_ranks, 10.0) else f"gui {ranks}x{rate:g}"
     name += " recorded" if record else ""
+    name += " (recorder process)" if record and recorder_process_wanted() else ""
     target_fps, target_p99 = LARGE_TARGETS if ranks >= LARGE_RANKS else (TARGET_FPS, TARGET_P99_MS)
     per_run = [[{**row, "benchmark": name} for row in _measure_in_new_process(ranks, seconds, rate, record)]
                for _ in range(runs)]
@@ -174,16 +177,19 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
         render_costs.clear()
         render_cpu.clear()
         seen["measuring"] = True
-        ingest_cpu = _cpu_s(parts.ingest.pid if parts.ingest is not None else None)
+        ingest_pid = parts.ingest.pid if parts.ingest is not None else None
+        recorder_pid = _child_of(ingest_pid)  # the recorder's own process (recorded sessions)
+        ingest_cpu, recorder_cpu = _cpu_s(ingest_pid), _cpu_s(recorder_pid)
         gui_cpu = _cpu_s(os.getpid())
         started = time.monotonic()
         loop = QtCore.QEventLoop()  # the real event loop, as app.exec() runs it
         QtCore.QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
         elapsed = time.monotonic() - started
-        ingest_cpu = _cpu_s(parts.ingest.pid if parts.ingest is not None else None) - ingest_cpu
+        ingest_cpu = _cpu_s(ingest_pid) - ingest_cpu
+        recorder_cpu = _cpu_s(recorder_pid) - recorder_cpu
         gui_cpu = _cpu_s(os.getpid()) - gui_cpu
-        rss = (_rss_mb(os.getpid()), _rss_mb(parts.ingest.pid if parts.ingest is not None else None))
+        rss = (_rss_mb(os.getpid()), _rss_mb(ingest_pid), _rss_mb(recorder_pid))
         ends.stop()
     finally:
         closing = parts.close()
@@ -238,8 +244,12 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
                  f"{VISIBLE_TARGET_S:.0f} s of its first step)"})
     if record:
         rows.append({"benchmark": "gui", "metric": "recorded_rows", "value": float(closing.get("rows_written", 0)),
-                     "unit": "rows", "note": f"written by the ingest process's recorder by its close; write errors "
+                         "unit": "rows", "note": f"written by the ingest process's recorder by its close; write errors "
                      f"{closing.get('write_errors', 'unknown')}; {file_mb:.0f} MB file"})
+    if record and recorder_pid is not None:
+        rows.append({"benchmark": "gui", "metric": "recorder_process_cpu", "value": 100 * recorder_cpu / elapsed,
+                     "unit": "% of a core", "note": f"the recorder's own process (a child of the ingest process, "
+                     f"RINGSCOPE_RECORDER_PROCESS=1 or >= 4 cores); VmRSS {rss[2]:.0f} MB at the end of the run"})
     if builds:
         wall, cpu = np.array(builds).T
         rows.insert(7, {"benchmark": "gui", "metric": "ingest_frame_build_p50", "value": 1000 * float(np.median(wall)),
@@ -247,6 +257,17 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
                         f"{1000 * float(np.median(cpu)):.1f} ms; p95 wall {1000 * float(np.percentile(wall, 95)):.1f} "
                         "ms): off the GUI thread"})
     return rows
+
+
+def _child_of(pid: int | None) -> int | None:
+    """The first child process of ``pid`` (None when it has none or is unknown)."""
+    if pid is None:
+        return None
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
 
 
 def _cpu_s(pid: int | None) -> float:

@@ -49,7 +49,8 @@ class QtStatusBar(QtWidgets.QStatusBar):
                last_write_error: str | None = None) -> None:
         """Show one snapshot and the recorder's file figures; ``secure``: agents must hold the access token;
         ``read_only``: the recording a read-only window shows (it listens to nobody); ``write_errors``: rows the
-        recorder could not write (loud: red, with the last error in the tooltip)."""
+        recorder could not write (loud: red, with the last error in the tooltip); a ``last_write_error`` without
+        any is trouble that cost no row (a recorder process replaced): said in amber."""
         if read_only is not None:
             _show(self.endpoint, f"read-only: {read_only}", tooltip="A recorded session: nothing is received, "
                                                                        "launched or recorded in this window.")
@@ -74,6 +75,11 @@ class QtStatusBar(QtWidgets.QStatusBar):
             _show(self.recording, f"recording {recording_path}: {write_errors:,} row(s) NOT WRITTEN", "color: #e15759;",
                   f"The recorder could not write {write_errors:,} row(s) to {recording_path} (last error: "
                   f"{last_write_error or 'unknown'}); it goes on with the rest. Check the disk's free space.")
+        elif recording_path and last_write_error:  # trouble that cost nothing (a writer replaced, a retried batch)
+            size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
+            note = last_write_error if len(last_write_error) <= 90 else last_write_error[:89] + "…"
+            _show(self.recording, f"recording {recording_path}{size} · {note}", "color: #f28e2b;",
+                  f"{recording_path}\nThe recorder had trouble and recovered, every row written: {last_write_error}")
         elif recording_path:
             size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
             _show(self.recording, f"recording {recording_path}{size}", "", tooltip=recording_path)

@@ -24,8 +24,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -109,6 +108,7 @@ class Recorder:
         self._write_errors = 0
         self._last_write_error: str | None = None
         self._last_error_log = -_LOG_EVERY_S
+        self._marked = -1  # the newest mark whose items before it are all committed (``mark``)
         self._closed = False
         self._converters = {kind: session_schema.row_converter(kind) for kind in FIELDS}
 
@@ -121,8 +121,8 @@ class Recorder:
         if self.path.exists():
             raise FileExistsError(f"session file {self.path} already exists; choose a new --out path or delete it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = _connect(self.path)
-        with _transaction(connection):
+        connection = session_schema.connect_writer(self.path)
+        with session_schema.transaction(connection):
             for statement in session_schema.create_statements():
                 connection.execute(statement)
             meta = {**session_schema.format_meta(time.time()), **self._meta}
@@ -143,9 +143,9 @@ class Recorder:
             return self
         if not self.path.is_file():
             raise FileNotFoundError(f"session file {self.path} does not exist; nothing to continue recording into")
-        connection = _connect(self.path)
+        connection = session_schema.connect_writer(self.path)
         try:
-            with _transaction(connection):
+            with session_schema.transaction(connection):
                 for statement in session_schema.create_statements():  # tables a later version added are created empty
                     connection.execute(statement)
                 for statement in session_schema.added_column_statements(connection):  # fields a later minor added
@@ -169,6 +169,21 @@ class Recorder:
     def committed_seqs(self) -> Mapping[str, int]:
         """Per agent, the highest sequence number committed to the file (what the collector acknowledges)."""
         return self._committed
+
+    def mark(self, token: int) -> None:
+        """Queue a mark (never dropped): ``marked`` is ``token`` once all queued before it is committed (or counted
+        as dropped or unwritable): what a ``recorder_process`` parent may forget."""
+        self._queue.append(("mark", token, 0.0, 0))
+
+    @property
+    def marked(self) -> int:
+        """The newest ``mark`` whose items before it are all committed, or -1."""
+        return self._marked
+
+    @property
+    def progress(self) -> int:
+        """A count that moves while the writer works (items, SQLite steps): a stalled writer's stands still."""
+        return self._progress
 
     @property
     def rows_written(self) -> int:
@@ -345,6 +360,7 @@ class Recorder:
             # Released only now: until written, the items are still in memory (the budget bounds both together).
             self._dequeued_bytes += sum(item[3] for item in items)
             self._in_flight_records = 0
+            self._marked = max((item[1] for item in items if item[0] == "mark"), default=self._marked)
 
     def _on_progress(self) -> int:
         """SQLite's progress handler (every ``_PROGRESS_OPS`` VM steps): ``close`` sees a long write move."""
@@ -374,7 +390,7 @@ class Recorder:
                                        payload.kind))
                 counts["joined_late" if late else "gaps"] += 1
                 counts["missing_before_join" if late else "missing_messages"] += payload.missing
-            else:
+            elif what == "rejection":  # a "mark" is only counted when its batch of items is done
                 tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
         tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
         self._transit_due |= touched
@@ -384,7 +400,7 @@ class Recorder:
             tables["transit"] = self._transit_rows()
         records = sum(len(r) for r in rows.values())
         try:
-            with _transaction(connection):
+            with session_schema.transaction(connection):
                 self._insert(connection, rows, tables, row_by_row=False)
             failed = 0
         except _WRITE_ERRORS as exc:
@@ -394,7 +410,7 @@ class Recorder:
             self._write_failed(exc, 0, f"writing a batch of {total} rows; retrying row by row")
             counted = self._write_errors
             try:
-                with _transaction(connection):
+                with session_schema.transaction(connection):
                     failed = self._insert(connection, rows, tables, row_by_row=True)
             except _WRITE_ERRORS as again:
                 self._write_errors = counted  # the rows dropped one by one are in the total
@@ -500,7 +516,7 @@ class Recorder:
     def _finish(self, connection: sqlite3.Connection) -> None:
         """Indexes are built once at the end: maintaining them per insert costs ~10x (shared ENVIRONMENT.md)."""
         started = time.monotonic()
-        with _transaction(connection):
+        with session_schema.transaction(connection):
             connection.executemany(session_schema.INSERTS["transit"], self._transit_rows())
             for statement in session_schema.INDEXES:
                 connection.execute(statement)
@@ -516,24 +532,3 @@ class Recorder:
 def _records_in(items: list[tuple[str, Any, float, int]]) -> int:
     """Records held by queued writer items (batches; gaps, rejections and launch notes hold none)."""
     return sum(len(payload.records) for what, payload, _, _ in items if what == "batch")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """An autocommit connection to ``path`` for the writer thread, in WAL mode (see Durability)."""
-    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    return connection
-
-
-@contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN ... COMMIT (ROLLBACK on error) on an autocommit connection."""
-    connection.execute("BEGIN")
-    try:
-        yield
-        connection.execute("COMMIT")
-    except BaseException:
-        if connection.in_transaction:  # SQLite rolls back by itself on some errors (disk full)
-            connection.execute("ROLLBACK")
-        raise

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -182,3 +183,25 @@ def row_converter(kind: str) -> Callable[[str, float, Record], tuple[Any, ...]]:
                 values[i] = json.dumps(values[i], separators=(",", ":"))
         return (agent_id, recv_s, *(values[i] for i in positions))
     return general
+
+
+def connect_writer(path: Path) -> sqlite3.Connection:
+    """An autocommit connection to ``path`` for a writer thread, in WAL mode with ``synchronous=NORMAL`` (every
+    committed transaction survives a SIGKILL of the writing process: shared ENVIRONMENT.md)."""
+    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    return connection
+
+
+@contextmanager
+def transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN ... COMMIT (ROLLBACK on error) on an autocommit connection."""
+    connection.execute("BEGIN")
+    try:
+        yield
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:  # SQLite rolls back by itself on some errors (disk full)
+            connection.execute("ROLLBACK")
+        raise

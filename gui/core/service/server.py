@@ -1,5 +1,7 @@
 """The ingest process: the collector, the live runs, the recorder, the run watcher and the metrics endpoint, in a
-process of their own, serving the window compact frames (``ringscope.gui.core.service.frames``) over a socket pair.
+process of their own (on machines with cores to spare the recorder's writer runs in a child of it:
+``ringscope.gui.core.ingest.recorder_process``), serving the window compact frames
+(``ringscope.gui.core.service.frames``) over a socket pair.
 
 Why a process: decoding ~10 000 records a second, updating the stores and building a 1024-rank snapshot cost the
 window's GUI thread most of a core and the GIL; here they run beside it, and the GUI thread only draws. And a crash
@@ -50,6 +52,8 @@ from ringscope.agent.schema import SCHEMA_VERSION, EventKind, shifted
 from ringscope.gui.core.analysis.runs import runs_of
 from ringscope.gui.core.ingest.collector import Collector, CollectorError
 from ringscope.gui.core.ingest.recorder import Recorder
+from ringscope.gui.core.ingest.recorder_process import RecorderProcess
+from ringscope.gui.core.ingest.recorder_process import wanted as recorder_process_wanted
 from ringscope.gui.core.ingest.session_reader import load as load_session
 from ringscope.gui.core.live.replay import fill_store
 from ringscope.gui.core.live.runs import LiveRuns
@@ -90,6 +94,8 @@ class IngestSetup:
     orphan_quiet_s: float = ORPHAN_QUIET_S  # with the window gone: close after this long without a message
     # set when this process replaces one that crashed (why, in words): continue ``record_to`` as a new segment
     resume_reason: str | None = None
+    # record through a process of its own (``recorder_process``); None: where cores are to spare (``wanted``)
+    recorder_process: bool | None = None
 
 
 class IngestService:
@@ -100,7 +106,7 @@ class IngestService:
         self._reloaded: dict[str, LiveStore] = {}  # runs refilled from the recording, until their agents register
         self.runs = LiveRuns(lost_timeout_s=setup.lost_timeout_s, store_factory=self._store_for)
         self.collector = Collector(setup.bind, sinks=[self.runs], keys=setup.keys)
-        self.recorder: Recorder | None = None
+        self.recorder: Recorder | RecorderProcess | None = None
         self.price: float | None = None
         self.metrics: MetricsServer | None = None
         self._encoder = FrameEncoder()
@@ -120,11 +126,11 @@ class IngestService:
             path = Path(self.setup.record_to)
             path.parent.mkdir(parents=True, exist_ok=True)
             if self.setup.resume_reason is not None and path.exists():
-                self.recorder = Recorder(path, meta=self.setup.meta).reopen(self.setup.resume_reason)
+                self.recorder = self._recorder(path).reopen(self.setup.resume_reason)
                 self._reload_runs(path)
                 self.collector.continue_from(self.recorder.committed_seqs())
             else:
-                self.recorder = Recorder(path, meta=self.setup.meta).start()
+                self.recorder = self._recorder(path).start()
             self.collector.add_sink(self.recorder)
         try:
             self.collector.start()
@@ -242,6 +248,11 @@ class IngestService:
             return store, args[1:]
         targets = {"runs": self.runs, "recorder": self.recorder, "collector": self.collector, "service": self}
         return targets[target], args
+
+    def _recorder(self, path: Path) -> Recorder | RecorderProcess:
+        wanted = self.setup.recorder_process
+        in_process = not (recorder_process_wanted() if wanted is None else wanted)
+        return Recorder(path, meta=self.setup.meta) if in_process else RecorderProcess(path, meta=self.setup.meta)
 
     def _store_for(self, run_id: str) -> LiveStore:
         """The store of a run that registers: the one refilled from the recording, else a new one."""

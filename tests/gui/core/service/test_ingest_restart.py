@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ringscope import agent
 from ringscope.agent.runtime import Agent
@@ -62,14 +63,23 @@ def _wait(condition: Callable[[], bool], timeout_s: float = 20.0, what: str = "c
     return time.monotonic() - started
 
 
+def _children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 def _committed_steps(path: Path) -> int:
     with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as connection:
         return int(connection.execute('SELECT COUNT(*) FROM "step"').fetchone()[0])
 
 
-def test_a_killed_ingest_process_is_back_within_5_s_and_every_step_is_recorded_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recorder_process", [False, True], ids=["recorder-in-process", "recorder-process"])
+def test_a_killed_ingest_process_is_back_within_5_s_and_every_step_is_recorded_once(tmp_path: Path,
+                                                                                    recorder_process: bool) -> None:
+    """With a recorder process, the killed ingest process's writer finishes the file (it sees its parent gone) and
+    the new one's waits for it: still every step once."""
     path = tmp_path / "s.db"
-    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path))).start()
+    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path),
+                                       recorder_process=recorder_process)).start()
     endpoint, first_pid = ingest.endpoint, ingest.pid
     runs = RemoteRuns(ingest, 5.0)
     training = _Training(endpoint, "fast", ranks=2)
@@ -77,6 +87,7 @@ def test_a_killed_ingest_process_is_back_within_5_s_and_every_step_is_recorded_o
         _wait(lambda: "fast" in [row.run_id for row in runs.rows()], what="the run's row")
         _wait(lambda: _committed_steps(path) >= 1000, what="a second of recording")
         assert first_pid is not None
+        assert bool(_children(first_pid)) == recorder_process
         os.kill(first_pid, signal.SIGKILL)
         back_s = _wait(lambda: ingest.restarted is not None or ingest.failure is not None, BACK_WITHIN_S * 2,
                        "the restart")
@@ -150,19 +161,23 @@ def test_a_session_not_recorded_restarts_too_and_says_its_runs_start_again(tmp_p
         assert ingest.close()["messages"] == 0
 
 
-def test_a_sigterm_to_the_whole_window_closes_it_without_a_restart_and_keeps_every_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recorder_process", [False, True], ids=["recorder-in-process", "recorder-process"])
+def test_a_sigterm_to_the_whole_window_closes_it_without_a_restart_and_keeps_every_step(tmp_path: Path,
+                                                                                        recorder_process: bool) -> None:
     """GNU ``timeout`` (and a terminal's job control) signals the window's whole process group; systemd signals its
     whole cgroup. The window closes ~0.2 s later on its heartbeat: the ingest process waits for that close, so what
     the window notes while closing (its launches' last state) is recorded, no new process is started and no crash
     is reported."""
     path = tmp_path / "s.db"
-    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path))).start()
+    ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=str(path),
+                                       recorder_process=recorder_process)).start()
     pid = ingest.pid
     assert pid is not None
     training = _Training(ingest.endpoint, "term", ranks=2)
     _wait(lambda: _committed_steps(path) >= 500, what="some recording")
     training.finish()
-    os.kill(pid, signal.SIGTERM)
+    for each in [pid, *_children(pid)]:  # the recorder process too, where there is one
+        os.kill(each, signal.SIGTERM)
     time.sleep(0.3)  # the window's signal heartbeat (0.2 s) runs its close
     assert _alive(pid)  # it waits for the window's close (TERM_GRACE_S), so the window's last notes are recorded
     ingest.call("recorder", "note_launch", "term", "stopped", -15, time.time(), "stopped from the window")
