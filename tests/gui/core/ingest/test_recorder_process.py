@@ -17,7 +17,7 @@ import pytest
 
 from ringscope.agent import wire
 from ringscope.agent.schema import Hello, Step
-from ringscope.gui.core.ingest.recorder_process import RecorderProcess
+from ringscope.gui.core.ingest.recorder_process import NICE, RecorderProcess
 from ringscope.gui.core.ingest.session_reader import load
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 from tests.sinks import wait_for
@@ -42,6 +42,8 @@ def test_a_recorder_process_writes_what_it_is_handed_and_reports_what_may_be_ack
     path = tmp_path / "s.db"
     recorder = RecorderProcess(path, meta={"command": "test"}).start()
     assert recorder.pid is not None and recorder.pid != os.getpid()
+    niceness = int(Path(f"/proc/{recorder.pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    assert niceness == min(19, os.nice(0) + NICE)  # it yields the cores to the window and the collector
     recorder.on_batch(_batch("a", 0, _hello("a")), 5.0)
     for seq in range(1, 500):
         recorder.on_batch(_batch("a", seq), 5.0 + seq / 100)
@@ -111,7 +113,7 @@ ORPHANING_PARENT = """
 import os, sys, time
 from ringscope.agent import wire
 from ringscope.agent.schema import Step
-from ringscope.gui.core.ingest.recorder_process import RecorderProcess
+from ringscope.gui.core.ingest.recorder_process import NICE, RecorderProcess
 messages = [wire.encode("a", seq, 1.0, [Step(0, seq * 500 + i, 1.0, 2.0, 1.0) for i in range(500)])
             for seq in range(300)]
 recorder = RecorderProcess(sys.argv[1]).start()
