@@ -118,6 +118,29 @@ def test_a_training_node_install_has_no_qt_and_the_headless_commands(installed: 
         assert help_text.returncode == 0 and f"usage: ringscope {command}" in help_text.stdout, help_text.stderr
 
 
+RECORD_THROUGH_A_PROCESS = """
+import sqlite3, sys
+from ringscope.agent import wire
+from ringscope.agent.schema import Step
+from ringscope.gui.core.ingest.recorder_process import RecorderProcess
+recorder = RecorderProcess(sys.argv[1]).start()
+for seq in range(50):
+    recorder.on_batch(wire.decode(wire.encode("a", seq, 1.0, [Step(0, seq, 1.0, 2.0, 1.0)])), 5.0)
+child = recorder.pid
+recorder.close()
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM step").fetchone()[0]
+print(child, rows, recorder.rows_written, recorder.write_errors)
+"""
+
+
+def test_the_recorder_process_starts_from_the_installed_package(installed: Installed, tmp_path: Path) -> None:
+    """The child is started as ``python -m ringscope.gui.core.ingest.recorder_process``: from the wheel too."""
+    done = installed.run(installed.python, "-c", RECORD_THROUGH_A_PROCESS, str(tmp_path / "s.db"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    child, rows, written, errors = (int(v) for v in done.stdout.split())
+    assert child > 0 and (rows, written, errors) == (50, 50, 0)
+
+
 def test_a_command_that_needs_an_extra_says_which_in_one_line(installed: Installed, tmp_path: Path) -> None:
     window = installed.run(installed.ringscope, "window")
     assert window.returncode == 2
