@@ -244,7 +244,7 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
                  f"{VISIBLE_TARGET_S:.0f} s of its first step)"})
     if record:
         rows.append({"benchmark": "gui", "metric": "recorded_rows", "value": float(closing.get("rows_written", 0)),
-                         "unit": "rows", "note": f"written by the ingest process's recorder by its close; write errors "
+                     "unit": "rows", "note": f"written by the ingest process's recorder by its close; write errors "
                      f"{closing.get('write_errors', 'unknown')}; {file_mb:.0f} MB file"})
     if record and recorder_pid is not None:
         rows.append({"benchmark": "gui", "metric": "recorder_process_cpu", "value": 100 * recorder_cpu / elapsed,

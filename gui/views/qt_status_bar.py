@@ -71,17 +71,16 @@ class QtStatusBar(QtWidgets.QStatusBar):
         _show(self.rejected, f"rejected {total:,}", "color: #e15759;" if total else "",
               "Rejected messages by reason:\n" + (
                   "\n".join(f"{reason}: {count:,}" for reason, count in sorted(rejected.items())) or "none"))
+        size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
         if recording_path and write_errors:
             _show(self.recording, f"recording {recording_path}: {write_errors:,} row(s) NOT WRITTEN", "color: #e15759;",
                   f"The recorder could not write {write_errors:,} row(s) to {recording_path} (last error: "
                   f"{last_write_error or 'unknown'}); it goes on with the rest. Check the disk's free space.")
         elif recording_path and last_write_error:  # trouble that cost nothing (a writer replaced, a retried batch)
-            size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
             note = last_write_error if len(last_write_error) <= 90 else last_write_error[:89] + "…"
             _show(self.recording, f"recording {recording_path}{size} · {note}", "color: #f28e2b;",
                   f"{recording_path}\nThe recorder had trouble and recovered, every row written: {last_write_error}")
         elif recording_path:
-            size = "" if recording_bytes is None else f" ({_size(recording_bytes)})"
             _show(self.recording, f"recording {recording_path}{size}", "", tooltip=recording_path)
         else:
             _show(self.recording, "not recording")

@@ -6,14 +6,14 @@ the window's latency went from ~0.6 s to 2-5 s). Here the writer has a process a
 process only forwards each accepted message's bytes (``wire.Batch.raw``): one ZeroMQ send. A crash of the writer
 (SQLite, memory) no longer takes the live view down either.
 
-The price is CPU: the child decodes each message again and both sides pass it through ZeroMQ (~+6 % of a core at
-1 024 ranks x 10 steps/s alone), and a writer that runs beside the collector instead of taking turns with it takes
-cores from the window where there are none to spare. The child runs at niceness ``NICE``. On 2 cores (the window, the
-ingest process, the recorder and a simulated cluster on one machine) the window then gets ~18 % more frames with new
-telemetry and a ~9 % lower p99 latency, but serves ~3 % fewer frames (5 % at worst; 10 % at 8 192 ranks); the
-issue's target of 30 frames/s sits inside that margin there, so the ingest process uses it where cores are to spare
-(``wanted``: at least ``MIN_CORES``) and records in-process (``Recorder``) on smaller machines;
-``RINGSCOPE_RECORDER_PROCESS=1`` / ``0`` decides instead.
+The price is CPU: the child decodes each message again and both sides pass it through ZeroMQ (~+9 % of a core at
+1 024 ranks x 10 steps/s fed from a script: 29.6 % against 20.7 % in-process), and a writer that runs beside the
+collector instead of taking turns with it takes cores from the window where there are none to spare. The child runs
+at niceness ``NICE``. On 2 cores (the window, the ingest process, the recorder and a simulated cluster on one
+machine) the window then gets ~18 % more frames with new telemetry and a ~9 % lower p99 latency, but serves ~3 %
+fewer frames (5 % at worst; 10 % at 8 192 ranks); the 30 frames/s target sits inside that margin there, so the ingest
+process uses it where cores are to spare (``wanted``: at least ``MIN_CORES``) and records in-process (``Recorder``)
+on smaller machines; ``RINGSCOPE_RECORDER_PROCESS=1`` / ``0`` decides instead.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ class RecorderProcess:
         self._reports.bind(self._reports_endpoint)
         self._lock = threading.Lock()  # the items socket, the replay buffer and its counters
         self._items: zmq.Socket | None = None
-        self._buffer: deque[tuple[int, list[bytes], int]] = deque()  # (number, frames, cost) not yet committed
+        # (number, frames, cost in bytes, records) of what the child has not reported committed
+        self._buffer: deque[tuple[int, list[bytes], int, int]] = deque()
         self._buffered_bytes = 0
         self._next = 0
         self._process: subprocess.Popen[bytes] | None = None
@@ -128,7 +129,8 @@ class RecorderProcess:
         self._rows_before = 0  # rows written by the children this session replaced (as they last reported)
         self._dropped_here = 0  # records the full replay buffer refused (collector's thread)
         self._lost_here = 0  # records given up with a child that could not be replaced
-        self._problem: str | None = None
+        self._problem: str | None = None  # trouble that cost records (given up)
+        self._note: str | None = None  # trouble that cost none (a child replaced)
 
     # ---- Public API ----------------------------------------------------------------------------------------------
 
@@ -166,7 +168,7 @@ class RecorderProcess:
     @property
     def last_write_error(self) -> str | None:
         """The most recent write error in words (the recorder process's own trouble included), or None."""
-        return self._problem or self._figures["last_write_error"]
+        return self._problem or self._figures["last_write_error"] or self._note
 
     @property
     def file_bytes(self) -> int:
@@ -207,7 +209,7 @@ class RecorderProcess:
         """Forward the message's bytes; drop (and count) it when the child is hopelessly behind."""
         raw = batch.raw if batch.raw is not None else wire.encode(batch.agent_id, batch.seq, batch.sent_s,
                                                                   batch.records)
-        if not self._forward(_BATCH, recv_s, raw, len(raw) + 64):
+        if not self._forward(_BATCH, recv_s, raw, len(raw) + 64, len(batch.records)):
             self._dropped_here += len(batch.records)
 
     def on_gap(self, gap: Gap) -> None:
@@ -238,12 +240,12 @@ class RecorderProcess:
         payload = pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL)
         self._forward(_OTHER, time.time(), payload, _ITEM_BYTES + len(payload))
 
-    def _forward(self, kind: bytes, ts_s: float, payload: bytes, cost: int) -> bool:
+    def _forward(self, kind: bytes, ts_s: float, payload: bytes, cost: int, records: int = 0) -> bool:
         with self._lock:
             if not self._accepting or self._buffered_bytes + cost > self._capacity:
                 return False
             frames = [kind, _HEADER.pack(self._next, ts_s), payload]
-            self._buffer.append((self._next, frames, cost))
+            self._buffer.append((self._next, frames, cost, records))
             self._buffered_bytes += cost
             self._next += 1
             self._send_locked(frames)
@@ -261,12 +263,11 @@ class RecorderProcess:
         self._spawn(reason)
         report = self._read_report(START_TIMEOUT_S)
         if report is None or report.get("kind") != _READY:
-            detail = report.get("error") if report else "it did not answer"
+            error = str(report.get("error") or "unknown error") if report else "it did not answer"
             self._kill()
             self._shut()
-            error = detail or "unknown error"
-            if isinstance(error, str) and error.startswith("FileExistsError"):
-                raise FileExistsError(error.partition(": ")[2])
+            if report is not None and report.get("type") == "FileExistsError":  # created meanwhile by another
+                raise FileExistsError(error)
             raise ValueError(f"cannot record into {self.path}: {error}")
         self._apply(report)
         self._watcher = threading.Thread(target=self._watch, name="ringscope-recorder-watch", daemon=True)
@@ -290,8 +291,8 @@ class RecorderProcess:
             items.linger = 0
             items.connect(endpoint)  # a connecting socket queues what it is sent until the child binds
             self._items = items
-            for _, frames, _ in self._buffer:
-                self._send_locked(frames)
+            for item in self._buffer:
+                self._send_locked(item[1])
             if self._closing:
                 self._send_locked([_CLOSE])
             self._process = subprocess.Popen(
@@ -351,7 +352,7 @@ class RecorderProcess:
             return False
         why = f"the recorder process ended unexpectedly (exit code {code})"
         log.error("%s; a new one continues %s, sent again the %d item(s) not committed", why, self.path, pending)
-        self._problem = f"{why}; replaced, nothing lost"
+        self._note = f"{why}; replaced, nothing lost"
         try:
             self._spawn(why)
         except OSError as exc:
@@ -361,7 +362,7 @@ class RecorderProcess:
 
     def _give_up(self, why: str) -> None:
         with self._lock:
-            lost = sum(_records_of(frames) for _, frames, _ in self._buffer)
+            lost = sum(item[3] for item in self._buffer)
             self._buffer.clear()
             self._buffered_bytes = 0
             self._accepting = False
@@ -393,16 +394,6 @@ class RecorderProcess:
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def _records_of(frames: list[bytes]) -> int:
-    """Records in a forwarded batch (0 for other items), for what a give-up counts as lost."""
-    if frames[0] != _BATCH:
-        return 0
-    try:
-        return len(wire.decode(frames[2]).records)
-    except wire.WireError:
-        return 0
-
-
 # ---- The child -----------------------------------------------------------------------------------------------------
 
 
@@ -431,7 +422,7 @@ def serve(setup: dict[str, Any]) -> int:
             lock = _lock(path, wait_s=0.0)
         items.bind(setup["items"])
     except (OSError, ValueError, zmq.ZMQError) as exc:
-        reports.send(msgpack.packb({"kind": _FAILED, "error": f"{type(exc).__name__}: {exc}"}))
+        reports.send(msgpack.packb({"kind": _FAILED, "type": type(exc).__name__, "error": str(exc)}))
         reports.close()
         return 2
     held = dict(recorder.committed_seqs())  # a batch sent again that the file already holds is not written twice

@@ -138,13 +138,13 @@ class LiveRuns:
         """Route one message to its run's store; hold it briefly when its agent's Hello has not arrived yet.
         A message from a host whose clock is off is moved onto the collector's clock first (``ClockAligner``)."""
         try:
-            hello = next((r for r in reversed(batch.records) if isinstance(r, Hello)), None)
-            if hello is not None:
-                self._clocks.note_hello(batch.agent_id, hello)
-            aligned = self._clocks.align(batch, recv_s)
-            if hello is not None and aligned is not batch:  # the Hello was moved onto the collector's clock too
-                hello = next(r for r in reversed(aligned.records) if isinstance(r, Hello))
-            batch = aligned
+            records = batch.records
+            at = next((i for i in range(len(records) - 1, -1, -1) if isinstance(records[i], Hello)), None)
+            if at is not None:
+                self._clocks.note_hello(batch.agent_id, records[at])
+            batch = self._clocks.align(batch, recv_s)  # record by record: the Hello stays at its index
+            hello = batch.records[at] if at is not None else None
+            assert hello is None or isinstance(hello, Hello)
             with self._lock:
                 queued = None
                 run: _Run | None
