@@ -36,6 +36,7 @@ from ringscope.gui.core.session_data import SessionData
 from ringscope.gui.views import theme
 from ringscope.gui.views.qt_background import start_background
 from ringscope.gui.views.qt_cost_panel import QtCostPanel
+from ringscope.gui.views.qt_gc import collect_on_gui_thread
 from ringscope.gui.views.qt_main_window import QtMainWindow
 from ringscope.gui.views.qt_preferences import Preferences, load_preferences
 
@@ -237,6 +238,7 @@ def _start_qt() -> tuple[QtWidgets.QApplication, Preferences] | None:
     app.setApplicationName("Ringscope")
     prefs = load_preferences()
     theme.apply_theme(app, prefs.theme)  # before any plot is created: pyqtgraph reads its defaults then
+    collect_on_gui_thread()  # a widget in a reference cycle must never be destroyed on a worker thread
     return app, prefs  # type: ignore[return-value]
 
 

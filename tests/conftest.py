@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -55,3 +56,18 @@ def collector() -> Iterator[tuple[Collector, KeepingSink]]:
     running = Collector("tcp://127.0.0.1:0", [sink]).start()
     yield running, sink
     running.close()
+
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Collect garbage after a Qt test, before pytest-qt closes its widgets.
+
+    A widget held only by a reference cycle is destroyed by Python's collector, which runs whenever allocations
+    trigger it: during event processing, or on another thread. If tearing the cycle apart crashes (a Qt child
+    holding its ancestor's bound method once segfaulted in ~QBoxLayout), it crashes here, in the test that made
+    the widget, every time, instead of at random in a later test.
+    """
+    if "qtbot" in getattr(item, "fixturenames", ()):
+        gc.collect()
+    return (yield)

@@ -6,6 +6,7 @@ it as a tooltip at the cursor (exact values, never a guess from pixels).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -83,28 +84,37 @@ class HoverReadout(QtCore.QObject):
 
     def __init__(self, widget: pg.PlotWidget, describe: Describe) -> None:
         super().__init__(widget)
-        self._widget = widget
-        self.describe = describe
+        # Neither the plot nor a view's bound method is held: this readout is the plot's Qt child, so a strong
+        # reference back to the plot or to the view around it is a cycle through Qt's ownership, and Python's
+        # collector tearing such a cycle apart segfaulted in ~QBoxLayout (a view dropped without close()).
+        self._describe: Callable[[], Describe | None] = (
+            weakref.WeakMethod(describe) if hasattr(describe, "__self__") else lambda: describe)
         self.last_text: str | None = None
         widget.scene().sigMouseMoved.connect(self._moved)
 
     def text_at(self, x: float, y: float) -> str | None:
         """The readout for a data-space point (what the tooltip would say)."""
+        describe = self._describe()
+        if describe is None:  # the view that described points is gone
+            return None
         try:
-            return self.describe(x, y)
+            return describe(x, y)
         except (IndexError, ValueError):
             return None
 
     def _moved(self, scene_pos: QtCore.QPointF) -> None:
-        view = self._widget.getPlotItem().vb
+        widget = self.parent()
+        if not isinstance(widget, pg.PlotWidget):
+            return
+        view = widget.getPlotItem().vb
         if not view.sceneBoundingRect().contains(scene_pos):
             return
         point = view.mapSceneToView(scene_pos)
         text = self.text_at(point.x(), point.y())
         self.last_text = text
-        global_pos = self._widget.mapToGlobal(self._widget.mapFromScene(scene_pos))
+        global_pos = widget.mapToGlobal(widget.mapFromScene(scene_pos))
         if text:
-            QtWidgets.QToolTip.showText(global_pos, text, self._widget)
+            QtWidgets.QToolTip.showText(global_pos, text, widget)
         else:
             QtWidgets.QToolTip.hideText()
 

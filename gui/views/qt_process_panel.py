@@ -285,9 +285,12 @@ class QtProcessPanel(QtWidgets.QWidget):
         dialog = QtLaunchDialog(launcher_validate=self.launcher.validate, recent=self.recent(), parent=self,
                                 batch_script=self.launcher.batch_script)
         dialog.sig_sweep_requested.connect(self.sig_sweep_requested)
-        if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
-            return self._start_reporting(dialog.spec())
-        return None
+        try:
+            if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
+                return self._start_reporting(dialog.spec())
+            return None
+        finally:
+            dialog.deleteLater()  # this panel is its parent: kept, it would pile up a dialog per opening
 
     def _start_reporting(self, spec: LaunchSpec) -> Run | None:
         try:

@@ -234,7 +234,7 @@ class QtRunsTable(QtWidgets.QWidget):
         layout.addWidget(self.view, 1)
         self._programmatic = False
         self.view.selectionModel().currentRowChanged.connect(self._current_changed)
-        self.view.selectionModel().selectionChanged.connect(lambda *_: self._update_button())
+        self.view.selectionModel().selectionChanged.connect(self._update_button)  # a lambda over self: a leak
         self._update_button()
 
     # ---- Public API ----------------------------------------------------------------------------------------------

@@ -319,6 +319,7 @@ class RunAgentActions(QtCore.QObject):
         live = self.window.current_hang()
         dialog = QtHangDialog(run_id, live or self.window.hangs.get(run_id), self.window, still_hung=live is not None,
                               stacks=self)
+        dialog.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)  # one per opening: freed when closed
         dialog.show()
         return dialog
 

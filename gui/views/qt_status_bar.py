@@ -107,8 +107,9 @@ class QtExportNotice(QtWidgets.QWidget):
         self.close_button.setToolTip("Hide this message")
         for widget in (self.label, self.open_button, self.folder_button, self.close_button):
             layout.addWidget(widget)
-        self.open_button.clicked.connect(lambda: self._open(self.target))
-        self.folder_button.clicked.connect(lambda: self._open(self.folder))
+        # bound methods, not lambdas over self: a lambda held by a child's connection kept the notice alive forever
+        self.open_button.clicked.connect(self._open_target)
+        self.folder_button.clicked.connect(self._open_folder)
         self.close_button.clicked.connect(self.hide)
         self.target: Path | None = None
         self.folder: Path | None = None
@@ -142,6 +143,12 @@ class QtExportNotice(QtWidgets.QWidget):
         self.open_button.hide()
         self.folder_button.hide()
         self.show()
+
+    def _open_target(self) -> None:
+        self._open(self.target)
+
+    def _open_folder(self) -> None:
+        self._open(self.folder)
 
     @staticmethod
     def _open(path: Path | None) -> None:

@@ -172,7 +172,7 @@ class QtSweepForm(QtWidgets.QWidget):
         for name in FRAMEWORKS:
             box = self.framework_boxes[name] = QtWidgets.QCheckBox(name)
             box.setToolTip(FRAMEWORK_TITLES[name])
-            box.toggled.connect(lambda checked, name=name: self._framework_toggled(name, checked))
+            box.toggled.connect(self._framework_toggled)  # a lambda over self would keep the form alive forever
         form.addRow("Frameworks", row(*self.framework_boxes.values(), stretch=True))
         self.ranks_edit = self._line_edit("1,2,4", "comma-separated rank counts, 1 included (the baseline of scaling "
                                           "efficiency)")
@@ -274,8 +274,10 @@ class QtSweepForm(QtWidgets.QWidget):
         self._apply_training()
         self.revalidate()
 
-    def _framework_toggled(self, name: str, checked: bool) -> None:
-        if checked and self.script_radio.isChecked():  # a script is written for one framework: ticking one picks it
+    def _framework_toggled(self, checked: bool) -> None:
+        name = next((n for n, box in self.framework_boxes.items() if box is self.sender()), None)
+        # a script is written for one framework: ticking one picks it
+        if checked and name is not None and self.script_radio.isChecked():
             for other, box in self.framework_boxes.items():
                 if other != name:
                     box.setChecked(False)

@@ -103,10 +103,13 @@ class WindowActions:
     def open_preferences(self) -> None:
         """Show the preferences dialog; save and apply what the user accepts."""
         dialog = QtPreferencesDialog(self.preferences, self)
-        if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
-            prefs = dialog.result_preferences()
-            save_preferences(prefs)
-            self.apply_preferences(prefs)
+        try:
+            if dialog.exec() == QtWidgets.QDialog.DialogCode.Accepted:
+                prefs = dialog.result_preferences()
+                save_preferences(prefs)
+                self.apply_preferences(prefs)
+        finally:
+            dialog.deleteLater()  # the window is its parent: kept, it would pile up a dialog per opening
 
     def _launch(self) -> None:
         if self.process_panel is None:  # no launcher: the action is disabled, with a tooltip saying so
