@@ -102,10 +102,14 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
 
     from ringscope.gui.app import build_window
     from ringscope.gui.views import theme
+    from ringscope.gui.views.qt_gc import collect_on_gui_thread
     from ringscope.gui.views.qt_preferences import Preferences
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     theme.apply_theme(app, "dark")
+    # as the window's process does (app._start_qt); RINGSCOPE_BENCH_GC=auto: Python's default collector instead
+    if os.environ.get("RINGSCOPE_BENCH_GC", "gui") == "gui":
+        collect_on_gui_thread()
     folder = tempfile.TemporaryDirectory(prefix="ringscope-bench-gui-") if record else None
     record_to = Path(folder.name) / "session.db" if folder is not None else None
     parts = build_window(bind="tcp://127.0.0.1:0", record=record, record_to=record_to, preferences=Preferences(),

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 
 import pytest
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from ringscope.gui.views.qt_cost_panel import QtCostPanel
 from ringscope.gui.views.qt_gc import collect_anywhere, collect_on_gui_thread
@@ -51,7 +51,7 @@ def test_a_view_let_go_is_freed_at_once_not_left_to_the_collector(qapp, name: st
         gc.enable()
 
 
-def test_a_hover_readout_holds_neither_its_plot_nor_its_view(qapp) -> None:  # type: ignore[no-untyped-def]
+def test_a_hover_readout_holds_neither_its_plot_nor_its_view(qtbot) -> None:  # type: ignore[no-untyped-def]
     class View(QtWidgets.QWidget):
         def __init__(self) -> None:
             super().__init__()
@@ -64,6 +64,16 @@ def test_a_hover_readout_holds_neither_its_plot_nor_its_view(qapp) -> None:  # t
 
     view = View()
     assert view.hover.text_at(1.0, 2.0) == "1,2"  # the view's method is still what it calls
+    view.resize(400, 300)
+    view.plot.resize(400, 300)
+    view.show()
+    view.plot.setXRange(0, 10, padding=0)
+    view.plot.setYRange(0, 10, padding=0)
+    qtbot.waitExposed(view)
+    box = view.plot.getPlotItem().vb
+    view.plot.scene().sigMouseMoved.emit(box.mapViewToScene(QtCore.QPointF(3.0, 7.0)))  # the mouse over (3, 7)
+    assert view.hover.last_text == "3,7"  # found through its Qt parent, the plot
+    view.close()
     plain = HoverReadout(view.plot, lambda x, y: "plain")
     assert plain.text_at(0.0, 0.0) == "plain"  # a plain function is held as it is: nothing else holds it
     gc.disable()
