@@ -2,7 +2,7 @@
 
 Latency = wall time when a frame that includes a step has been painted (``repaint()`` returned) minus that step's
 ``end_s`` on the agent side, so it includes the agent's batching (50 ms flush), ZeroMQ, the store, the snapshot
-and the paint. FPS = frames painted per second with the window's own ~30 Hz timer, while the collector, the
+and the paint. FPS = frames painted per second with the window's own ~37 Hz timer, while the collector, the
 store and (in quick mode, in-process) the simulated agents share the same cores.
 
 ``RINGSCOPE_BENCH_PROFILE=/tmp/gui.prof`` also writes a cProfile of the GUI thread's measured frames (snapshot,
@@ -230,7 +230,7 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
          else float("nan"), "unit": "ms", "note": f"{lat.size} steps: agent end_s -> painted frame"},
         {"benchmark": "gui", "metric": "latency_p90", "value": 1000 * float(np.percentile(lat, 90)) if lat.size
          else float("nan"), "unit": "ms", "note": "includes the agents' 50 ms batching (flush interval) and the wait "
-         "for the next ~30 Hz tick"},
+         "for the next ~37 Hz tick"},
         {"benchmark": "gui", "metric": "latency_p99", "value": 1000 * float(np.percentile(lat, 99)) if lat.size
          else float("nan"), "unit": "ms", "note": "target <= 250 ms"},
     ]
