@@ -52,7 +52,7 @@ from ringscope.gui.views.qt_window_actions import WindowActions
 log = logging.getLogger(__name__)
 
 # ~37 Hz. At 30 ms (~33 Hz) a loaded 2-core machine served 29.5-30.7 frames/s at 1 024 ranks: ticks that start late
-# use up the headroom. 27 ms served 31.9-34.5 (4 interleaved pairs: frames x1.10, x1.06-x1.13; latency p99 x0.91).
+# use up the headroom. 27 ms served 31.9-34.5 (4 interleaved pairs: frames x1.10, x1.06-x1.13; latency p99 x0.90).
 # The window's CPU rose by about 1 % of a core, because ticks with nothing new skip the redraw.
 FRAME_INTERVAL_MS = 27
 TABLE_INTERVAL_S = 0.25
