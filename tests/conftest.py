@@ -58,15 +58,15 @@ def collector() -> Iterator[tuple[Collector, KeepingSink]]:
     running.close()
 
 
-
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     """Collect garbage after a Qt test, before pytest-qt closes its widgets.
 
     A widget held only by a reference cycle is destroyed by Python's collector, which runs whenever allocations
-    trigger it: during event processing, or on another thread. If tearing the cycle apart crashes (a Qt child
-    holding its ancestor's bound method once segfaulted in ~QBoxLayout), it crashes here, in the test that made
-    the widget, every time, instead of at random in a later test.
+    trigger it: during a later test's event processing, or on another thread. Collected here, such leftovers go at
+    a fixed point, on the GUI thread, in the test that made them. This does not catch the crash a cycle once caused
+    (a Qt child holding its view's bound method segfaulted in ~QBoxLayout only in some teardown orders):
+    tests/gui/views/test_qt_gc.py, which requires views to be freed without the collector, does.
     """
     if "qtbot" in getattr(item, "fixturenames", ()):
         gc.collect()

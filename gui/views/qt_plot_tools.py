@@ -6,6 +6,7 @@ it as a tooltip at the cursor (exact values, never a guess from pixels).
 
 from __future__ import annotations
 
+import types
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -88,7 +89,7 @@ class HoverReadout(QtCore.QObject):
         # reference back to the plot or to the view around it is a cycle through Qt's ownership, and Python's
         # collector tearing such a cycle apart segfaulted in ~QBoxLayout (a view dropped without close()).
         self._describe: Callable[[], Describe | None] = (
-            weakref.WeakMethod(describe) if hasattr(describe, "__self__") else lambda: describe)
+            weakref.WeakMethod(describe) if isinstance(describe, types.MethodType) else lambda: describe)
         self.last_text: str | None = None
         widget.scene().sigMouseMoved.connect(self._moved)
 

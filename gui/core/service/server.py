@@ -250,9 +250,9 @@ class IngestService:
         return targets[target], args
 
     def _recorder(self, path: Path) -> Recorder | RecorderProcess:
-        wanted = self.setup.recorder_process
-        in_process = not (recorder_process_wanted() if wanted is None else wanted)
-        return Recorder(path, meta=self.setup.meta) if in_process else RecorderProcess(path, meta=self.setup.meta)
+        chosen = self.setup.recorder_process
+        in_child = recorder_process_wanted() if chosen is None else chosen
+        return RecorderProcess(path, meta=self.setup.meta) if in_child else Recorder(path, meta=self.setup.meta)
 
     def _store_for(self, run_id: str) -> LiveStore:
         """The store of a run that registers: the one refilled from the recording, else a new one."""

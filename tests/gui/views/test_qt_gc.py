@@ -2,7 +2,7 @@
 
 A view held only by a reference cycle is destroyed whenever Python's collector next runs: inside event processing,
 or on whichever thread allocated last. A Qt child holding its view's bound method made such a cycle, and tearing it
-apart segfaulted in ``~QBoxLayout`` (CI, once in ~8 runs, in an unrelated test's teardown).
+apart segfaulted in ``~QBoxLayout`` (twice in about ten full runs, CI included, in a later test's teardown).
 """
 
 from __future__ import annotations
