@@ -77,7 +77,7 @@ class WindowParts:
         """Stop the simulation, the timer, the launches, then the ingest process (its collector, then its
         recorder, so the recording gets every last record). Returns the ingest process's closing figures."""
         self.simulation_stop.set()
-        self.window.timer.stop()
+        self.window.stop_frames()
         self.window.cost_timer.stop()
         if self.analyzer is not None:
             self.analyzer.close()
@@ -106,7 +106,7 @@ class ViewerParts:
 
     def close(self) -> None:
         """Stop the timers and the analyzer."""
-        self.window.timer.stop()
+        self.window.stop_frames()
         self.window.cost_timer.stop()
         if self.analyzer is not None:
             self.analyzer.close()

@@ -1,8 +1,10 @@
-"""The window's frames channel to the ingest process: one request always in flight, so a frame tick never waits.
+"""The window's frames channel to the ingest process: one request in flight, so a frame tick never waits.
 
-A frame tick takes the reply that arrived since the last tick (built by the ingest process meanwhile, on its own
-core) and sends the next request, so the GUI thread never waits for a snapshot to be built. Only the first frame of
-a run, and ``latest(fresh=True)`` (tests), wait for one. A reply also brings the runs table's rows, the run ids held,
+A frame tick sends a request; the ingest process builds the frame on its own core, and the window takes the reply
+when it arrives (it watches ``connection``: ``usable`` says when it may) or at its next tick, so the GUI thread never
+waits for a snapshot to be built. ``pace_s`` keeps a reply taken on arrival from asking for the next frame at once:
+the next request goes with the next tick. Only the first frame of a run, and ``latest(fresh=True)`` (tests), wait
+for one. A reply also brings the runs table's rows, the run ids held,
 the hang notices and the recorder's figures. When the ingest process is replaced after a crash, the channel follows
 the new one (``FrameSource.frames_link``).
 
@@ -13,6 +15,7 @@ ingest process died (``FrameSource.failure`` says why, and the last frame stays)
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -69,6 +72,15 @@ class FrameChannel:
         self.heat_columns = 0
         self.build_s: tuple[float, float] = (0.0, 0.0)  # the last frame's build in the ingest process: wall, CPU
         self.error: str | None = None
+        self.pace_s = 0.0  # the least time from one request to the next (the window's frame interval, about)
+        self._sent_at = -math.inf
+        self._broken = False  # the connection to the current process failed (its supervisor decides what next)
+
+    @property
+    def usable(self) -> bool:
+        """Whether ``connection`` may be watched for replies: its process runs and it is not broken (a broken or
+        closed one is readable for ever, which would wake a watcher in a loop)."""
+        return self._owner.failure is None and self._owner.restarting is None and not self._broken
 
     def want(self, run_id: str | None) -> None:
         """Ask for ``run_id``'s frames from now on (forgets what was held of another run)."""
@@ -77,20 +89,25 @@ class FrameChannel:
             self._decoder.forget()
             self.snapshot, self.held, self.hang = None, True, None
 
-    def pump(self, *, wait_s: float = 0.0) -> bool:
-        """Take the reply if it arrived (waiting up to ``wait_s``) and send the next request. False once the
-        ingest process is gone, and while a new one is started in its place."""
+    def pump(self, *, wait_s: float = 0.0, paced: bool = True) -> bool:
+        """Take the reply if it arrived (waiting up to ``wait_s``) and send the next request (``paced``: not
+        before ``pace_s`` after the last one). False once the ingest process is gone, and while a new one is
+        started in its place."""
         if self._owner.failure is not None or self._owner.restarting is not None:
             return False
         self._follow()
+        if self._broken:
+            return False
         try:
             if self._pending is not False and self.connection.poll(wait_s):
                 self._take(self.connection.recv())
-            if self._pending is False:
+            now = time.monotonic()
+            if self._pending is False and (not paced or now - self._sent_at >= self.pace_s):
                 self.connection.send(("frame", self._run_id, self._decoder.base, self.rows_version,
                                       self._owner_price()))
-                self._pending = self._run_id
+                self._pending, self._sent_at = self._run_id, now
         except (EOFError, OSError) as exc:
+            self._broken = True
             self._owner.note_failure(f"the ingest process is gone ({exc or type(exc).__name__})", self._generation)
             return False
         return True
@@ -104,7 +121,7 @@ class FrameChannel:
         old, (self._generation, self.connection) = self.connection, link
         old.close()  # here, not by the supervisor: this thread may be using it
         self._decoder.forget()
-        self._pending, self.rows_version = False, -1
+        self._pending, self.rows_version, self._broken = False, -1, False
 
     def latest(self, run_id: str | None, *, fresh: bool = False) -> Snapshot | None:
         """The newest frame of ``run_id``: without waiting, except for a run's first frame or when ``fresh``
@@ -113,14 +130,14 @@ class FrameChannel:
         if fresh:
             if self._pending is not False:
                 self.pump(wait_s=CALL_TIMEOUT_S)  # the reply to a request sent before now: not fresh
-            self.pump()
+            self.pump(paced=False)
             self.pump(wait_s=CALL_TIMEOUT_S)
             return self.snapshot
         self.pump()
         if self.snapshot is None and self.held:
             deadline = time.monotonic() + FIRST_FRAME_WAIT_S
             while self.snapshot is None and self.held and time.monotonic() < deadline:
-                if not self.pump(wait_s=max(0.0, deadline - time.monotonic())):
+                if not self.pump(wait_s=max(0.0, deadline - time.monotonic()), paced=False):
                     break
         return self.snapshot
 

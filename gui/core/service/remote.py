@@ -177,20 +177,21 @@ class RemoteRuns(_StandIn):
     def rows(self, now_s: float | None = None, *, refresh: bool = True) -> list[RunRow]:
         """The runs table as of the newest reply (states decided by the ingest process's watcher).
         ``refresh=False``: the reply the watcher's ``tick`` just took, so its hangs and these rows agree."""
-        channel = self._channel()
+        channel = self.frames_channel()
         if channel is None:
             return []
         if refresh:
             channel.pump()
         if channel.rows_version < 0:  # the first rows: wait for them, so the table is never empty for nothing
             deadline = time.monotonic() + FIRST_FRAME_WAIT_S
-            while channel.rows_version < 0 and time.monotonic() < deadline and channel.pump(wait_s=0.05):
+            while (channel.rows_version < 0 and time.monotonic() < deadline
+                   and channel.pump(wait_s=0.05, paced=False)):
                 pass
         return list(channel.rows)
 
     def run_ids(self) -> list[str]:
         """Runs held in memory, as of the newest reply."""
-        channel = self._channel()
+        channel = self.frames_channel()
         return list(channel.run_ids) if channel is not None else []
 
     def latest_run_id(self) -> str | None:
@@ -214,13 +215,15 @@ class RemoteRuns(_StandIn):
 
     def hang(self, run_id: str) -> HangVerdict | None:
         """The shown run's hang verdict comes with its frames; another run's is asked for."""
-        channel = self._channel()
+        channel = self.frames_channel()
         if channel is not None and channel._run_id == run_id and channel.snapshot is not None:
             return channel.hang
         result: HangVerdict | None = self._process.call_quietly("runs", "hang", run_id)
         return result
 
-    def _channel(self) -> FrameChannel | None:
+    def frames_channel(self) -> FrameChannel | None:
+        """The frames channel (the window watches its socket, to draw a frame when it arrives); None before the
+        ingest process has started."""
         return self._process.frames
 
 

@@ -83,6 +83,9 @@ def test_an_aborted_ingest_process_is_restarted_and_one_that_keeps_dying_is_repo
             window.render_frame()  # draws on from what it had: no exception
         after = window.last_snapshot
         assert after is not None and before is not None and after.steps_total == 80  # the last frame stays
+        cpu = time.process_time()  # the dead process's socket stays readable: it must not wake the window in a loop
+        qtbot.wait(1000)
+        assert time.process_time() - cpu < 0.3
         window.grab().save(str(tmp_path / "after-crash.png"))
     finally:
         for a in agents:
