@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 from PySide6 import QtCore, QtWidgets
@@ -164,7 +165,7 @@ class QtMainWindow(WindowActions, QtWidgets.QMainWindow):
         self.timer.timeout.connect(self.render_frame)
         self.timer.start()
         self._frames_watch: QtCore.QSocketNotifier | None = None  # draws a frame from the ingest process on arrival
-        self._watched: object = None  # the frames connection it watches
+        self._watched: Connection | None = None  # the frames connection it watches
         self._in_frame = False
         self.cost_timer = QtCore.QTimer(self)  # whole-session figures change slowly: pick them up once a second
         self.cost_timer.setInterval(1000)

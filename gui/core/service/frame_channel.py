@@ -4,9 +4,8 @@ A frame tick sends a request; the ingest process builds the frame on its own cor
 when it arrives (it watches ``connection``: ``usable`` says when it may) or at its next tick, so the GUI thread never
 waits for a snapshot to be built. ``pace_s`` keeps a reply taken on arrival from asking for the next frame at once:
 the next request goes with the next tick. Only the first frame of a run, and ``latest(fresh=True)`` (tests), wait
-for one. A reply also brings the runs table's rows, the run ids held,
-the hang notices and the recorder's figures. When the ingest process is replaced after a crash, the channel follows
-the new one (``FrameSource.frames_link``).
+for one. A reply also brings the runs table's rows, the run ids held, the hang notices and the recorder's figures.
+When the ingest process is replaced after a crash, the channel follows the new one (``FrameSource.frames_link``).
 
 What it must never do: import Qt, be used from any thread but the GUI thread, or raise into a frame tick when the
 ingest process died (``FrameSource.failure`` says why, and the last frame stays).
