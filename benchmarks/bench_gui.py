@@ -167,7 +167,8 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
         return snap
 
     def tick() -> None:
-        ticks["served"] += seen["measuring"]
+        if seen["measuring"]:
+            ticks["served"] += 1
         timed_frame()
 
     # The same slots, timed (snapshot + setData + paint): the timer's ticks, and the frames the watch on the frames

@@ -10,14 +10,7 @@ from pytestqt.qtbot import QtBot
 from ringscope import agent
 from ringscope.gui.app import build_window
 from ringscope.gui.views.qt_preferences import Preferences
-
-
-def _steps(agents: list[agent.Agent], first: int, count: int) -> None:
-    for k in range(first, first + count):
-        now = time.time()
-        for r, a in enumerate(agents):
-            a.step(r, k, now - 0.01, now, data_wait_s=0.001, compute_s=0.005, comm_s=0.003, comm_exposed_s=0.002)
-        time.sleep(0.005)
+from tests.agent_steps import send_steps
 
 
 def test_a_frame_is_drawn_on_arrival_and_the_next_is_asked_for_at_the_next_tick(qtbot: QtBot) -> None:
@@ -28,7 +21,7 @@ def test_a_frame_is_drawn_on_arrival_and_the_next_is_asked_for_at_the_next_tick(
     agents = [agent.start(framework="pytorch", strategy="ddp", rank=r, world_size=2, endpoint=parts.collector.endpoint,
                           run_id="arrival", sample_devices=False) for r in (0, 1)]
     try:
-        _steps(agents, 0, 10)
+        send_steps(agents, 0, 10)
         qtbot.waitUntil(lambda: (window.render_frame(), window.selected_run_id == "arrival")[1], timeout=20_000)
         channel = parts.ingest.frames if parts.ingest is not None else None
         assert channel is not None and channel is parts.runs.frames_channel()
@@ -37,15 +30,19 @@ def test_a_frame_is_drawn_on_arrival_and_the_next_is_asked_for_at_the_next_tick(
             snap = window.last_snapshot
             return snap is not None and snap.steps_total == steps
 
+        def ingested(steps: int) -> bool:  # asked over the calls channel: the frames channel is left alone
+            return bool(window.store.step_end_times(0)[1] == steps)
+
         qtbot.waitUntil(lambda: drawn(20), timeout=20_000)  # frames asked for by the calls above, drawn on arrival
         qtbot.waitUntil(lambda: channel._pending is False, timeout=5_000)  # nothing in flight: the watch took it
-        _steps(agents, 10, 10)
-        time.sleep(0.3 + channel.pace_s)  # the agents' batches are in the ingest process; the pace has passed
+        send_steps(agents, 10, 10)
+        qtbot.waitUntil(lambda: ingested(40), timeout=10_000)  # the next frame is built with every step
+        time.sleep(channel.pace_s)  # the pace since the last request has passed
         channel.pump()  # what a tick does first: ask for the next frame
         assert channel._pending == "arrival" and drawn(20)
         qtbot.waitUntil(lambda: drawn(40), timeout=5_000)  # no tick and no call came: the socket's watch drew it
 
-        # a frame drawn on arrival does not ask for the next at once: that waits for the tick after pace_s
+        # within pace_s of the last request, a call (an arrival's draw, a tick) does not ask again
         qtbot.waitUntil(lambda: channel._pending is False, timeout=5_000)
         channel.pace_s = 3600.0
         window.render_frame()
@@ -56,8 +53,8 @@ def test_a_frame_is_drawn_on_arrival_and_the_next_is_asked_for_at_the_next_tick(
 
         window.timer.stop()  # tests and closing stop the timer: then frames are drawn only when asked for
         window.render_frame()
-        _steps(agents, 20, 10)
-        time.sleep(0.3)
+        send_steps(agents, 20, 10)
+        qtbot.waitUntil(lambda: ingested(60), timeout=10_000)
         channel.pump()  # a request in flight (sent now, or by the call above)
         qtbot.waitUntil(lambda: channel.connection.poll(0), timeout=5_000)  # its reply is there...
         qtbot.wait(300)

@@ -16,14 +16,7 @@ from ringscope.gui.app import build_window
 from ringscope.gui.core.ingest.session_reader import load as load_session
 from ringscope.gui.core.service.process import IngestError
 from ringscope.gui.views.qt_preferences import Preferences
-
-
-def _steps(agents: list[agent.Agent], first: int, count: int) -> None:
-    for k in range(first, first + count):
-        now = time.time()
-        for r, a in enumerate(agents):
-            a.step(r, k, now - 0.01, now, data_wait_s=0.001, compute_s=0.005, comm_s=0.003, comm_exposed_s=0.002)
-        time.sleep(0.005)
+from tests.agent_steps import send_steps
 
 
 def test_an_aborted_ingest_process_is_restarted_and_one_that_keeps_dying_is_reported(qtbot: QtBot,
@@ -34,7 +27,7 @@ def test_an_aborted_ingest_process_is_restarted_and_one_that_keeps_dying_is_repo
     agents = [agent.start(framework="pytorch", strategy="ddp", rank=r, world_size=2, endpoint=parts.collector.endpoint,
                           run_id="doomed", sample_devices=False) for r in (0, 1)]
     try:
-        _steps(agents, 0, 20)
+        send_steps(agents, 0, 20)
 
         def shown(steps: int) -> Callable[[], None]:
             def check() -> None:
@@ -55,7 +48,7 @@ def test_an_aborted_ingest_process_is_restarted_and_one_that_keeps_dying_is_repo
         assert window.status.currentMessage() == ("Ingest process restarted (crash: killed by SIGABRT); recording "
                                                   "continues in the same session")
         assert window.ingest_failure is None and window.status.export_notice.isHidden()
-        _steps(agents, 20, 20)  # the run goes on: its charts keep the history and take the new steps
+        send_steps(agents, 20, 20)  # the run goes on: its charts keep the history and take the new steps
         qtbot.waitUntil(shown(80), timeout=20_000)
         window.grab().save(str(tmp_path / "after-restart.png"))
 

@@ -18,6 +18,7 @@ from ringscope.gui.core.ingest.session_reader import load as load_session
 from ringscope.gui.core.service.process import IngestError, IngestProcess
 from ringscope.gui.core.service.remote import RemoteRuns
 from ringscope.gui.core.service.server import IngestSetup
+from tests.agent_steps import send_steps
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -26,11 +27,7 @@ def _send_steps(endpoint: str, run_id: str, ranks: int, steps: int) -> None:
     agents = [agent.start(framework="pytorch", strategy="ddp", rank=r, world_size=ranks, endpoint=endpoint,
                           run_id=run_id, sample_devices=False) for r in range(ranks)]
     try:
-        for k in range(steps):
-            now = time.time()
-            for r, a in enumerate(agents):
-                a.step(r, k, now - 0.01, now, data_wait_s=0.001, compute_s=0.005, comm_s=0.003, comm_exposed_s=0.002)
-            time.sleep(0.005)
+        send_steps(agents, 0, steps)
     finally:
         for a in agents:
             a.close(timeout_s=5.0)
@@ -110,6 +107,7 @@ WINDOW = """
 import sys, time
 from ringscope.gui.core.service.process import IngestProcess
 from ringscope.gui.core.service.server import IngestSetup
+from tests.agent_steps import send_steps
 ingest = IngestProcess(IngestSetup(bind="tcp://127.0.0.1:0", record_to=sys.argv[1], orphan_quiet_s=1.5)).start()
 print(ingest.endpoint, ingest.pid, flush=True)
 time.sleep(120)
