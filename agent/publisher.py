@@ -237,19 +237,38 @@ class Publisher:
         logged (a caller closing many agents reports their counts once instead). ``confirm=False`` sends what is
         queued and hands it to ZeroMQ's linger without waiting for acknowledgements (a process that is being
         killed: nothing could be sent again anyway, and an acknowledgement takes up to an ack interval). Safe to
-        call twice and from ``atexit``."""
-        if self._closed or os.getpid() != self._owner_pid:
+        call twice and from ``atexit``: a second call while the first is still sending (SIGTERM arriving during
+        ``atexit``'s close) waits for it, within its own ``timeout_s``, ``report`` and ``confirm``, instead of
+        returning at once and letting the process end before the first has handed over what was queued."""
+        if os.getpid() != self._owner_pid:
             return  # a forked child (e.g. a data-loader worker) must not touch the parent's socket
-        self._closed = True
+        if self._closed:
+            self._await_close(timeout_s, report, confirm)
+            return
+        # set before _closed: a second close (SIGTERM's handler interrupting this one) reads them
+        self._close_deadline = time.monotonic() + max(0.0, timeout_s - _CLOSE_MARGIN_S)
         self._report_close = report
         self._confirm_close = confirm
-        self._close_deadline = time.monotonic() + max(0.0, timeout_s - _CLOSE_MARGIN_S)
+        self._closed = True
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive() and report:
                 log.warning("ringscope: sender did not finish within %.1f s; %d records left", timeout_s,
                             len(self._queue))
+
+    def _await_close(self, timeout_s: float, report: bool, confirm: bool) -> None:
+        """A close already under way: tighten its budget to this caller's and wait for the sender to finish."""
+        thread = self._thread
+        if thread is None or thread is threading.current_thread() or not thread.is_alive():
+            return
+        if not report:
+            self._report_close = False
+        if not confirm:
+            self._confirm_close = False  # the sender reads it in its wait for acknowledgements: it stops waiting
+        self._close_deadline = min(self._close_deadline, time.monotonic() + max(0.0, timeout_s - _CLOSE_MARGIN_S))
+        self._stop.set()  # a signal handler may have interrupted the first close right after it set _closed
+        thread.join(timeout_s)
 
     @property
     def stats(self) -> PublisherStats:

@@ -239,7 +239,6 @@ class Agent:
         ``report=False`` leaves saying what the collector did not confirm to the caller (``Publisher.close``)."""
         if self._publisher is None:
             return
-        termination.unregister(self)
         if self._heartbeat is not None:
             self._heartbeat.close()
         if finished:
@@ -247,6 +246,10 @@ class Agent:
         if self._sampler is not None:
             self._sampler.close()
         self._publisher.close(timeout_s, report=report)
+        # only now: a SIGTERM during the close above (torchrun tearing the job down while a rank that saw its
+        # peer die closes) must still wait for what is being handed over (``Publisher.close``), not end the
+        # process at once because nothing is registered any more
+        termination.unregister(self)
 
     def _terminated(self, timeout_s: float) -> None:
         """The process got SIGTERM (``termination``): say so, and hand over what is held within ``timeout_s``."""

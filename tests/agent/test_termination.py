@@ -57,6 +57,21 @@ if mode == "blocked":
     # as a rank inside a C++ collective whose peer is gone: the main thread never runs Python again (SIGTERM is
     # delivered to another thread, and the sleep below is not interrupted)
     signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})
+if mode in ("exiting", "closing"):  # SIGTERM while the agent closes: torchrun tears down a rank whose peer died
+    publisher = telemetry._publisher
+
+    def still_busy():  # the sender is still busy when close wakes it: nothing has been handed over yet
+        if publisher._stop.is_set():
+            publisher.remove_producer(still_busy)
+            print("closing", flush=True)
+            time.sleep(0.5)
+
+    publisher.add_producer(still_busy)
+    if mode == "closing":
+        telemetry.close(10.0)  # a `with` block's end, or the probe's close
+        print("closed", flush=True)
+    else:
+        raise RuntimeError("gloo: connection closed by peer")  # its exception ends it: atexit closes the agent
 print("ready", flush=True)
 time.sleep(60)
 print("slept", flush=True)
@@ -109,6 +124,27 @@ def test_sigterm_hands_over_what_the_agent_holds_and_ends_the_process_as_sigterm
     events = [r for b, _ in sink.batches for r in b.records if isinstance(r, Event)]
     assert sorted(e.event for e in events) == ["started"] * agents + ["warning"] * agents
     assert all("SIGTERM" in (e.text or "") for e in events if e.event == "warning")
+    assert sink.gaps == [] and sink.rejections == []
+
+
+@pytest.mark.parametrize("mode", ["exiting", "closing"])
+def test_sigterm_while_the_agent_closes_waits_for_what_it_is_handing_over(collector, mode) -> None:
+    """``exiting``: a rank's exception ends it, and atexit is closing the agent when torchrun's SIGTERM comes;
+    ``closing``: the program itself closes the agent. Before, the signal ended the process at once (the second
+    close returned, or the agent was no longer registered) and the steps still queued were lost."""
+    collector, sink = collector
+    proc = _start(collector.endpoint, mode)
+    try:
+        assert _read_until(proc, "closing")[0] == "watching"
+        code, took, output = _term(proc)
+    finally:
+        proc.kill()
+    assert code == -signal.SIGTERM, output
+    assert took < FLUSH_S + 2.0, output
+    assert "closed" not in output.splitlines()
+    assert "never confirmed" not in output  # the dying process's close says nothing about acknowledgements
+    assert wait_for(lambda: len(sink.steps()) == STEPS, 5.0), f"{len(sink.steps())} of {STEPS} steps: {output}"
+    assert [s.step for s in sink.steps()] == list(range(STEPS))
     assert sink.gaps == [] and sink.rejections == []
 
 
