@@ -1,6 +1,6 @@
-"""The live store's steps as columns, both ways: a recording's steps loaded into the per-rank rings at once (a
-reopened session, a restarted ingest process), and the rings' recent steps exported as ``SessionData`` columns (live
-cost and analysis); and every step's phase seconds summed as it arrives (``add_phases``).
+"""The live store's steps as columns, both ways: steps taken into the per-rank rings many at once, as a matrix (those
+the collector handed over since the last frame, or a recording's when a session is reopened or the ingest process
+restarted), and the rings' recent steps exported as ``SessionData`` columns (live cost and analysis).
 
 What it owns: the layout of a rank's ring of recent steps (``RECENT_FIELDS`` plus ``step``, ``end_s`` and
 ``first_batch``, ``recent_steps`` slots per rank, slot = step count modulo the ring size; the store keeps them
@@ -14,13 +14,13 @@ What it must never do: import Qt, or turn a missing reading into 0 (it stays NaN
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import Final
 
 import numpy as np
 
-from ringscope.agent.schema import Health, Step
-from ringscope.gui.core.analysis.summary import OTHER_RESOLUTION_S
+from ringscope.agent.schema import FIELDS, Health, Step
 from ringscope.gui.core.session_data import Columns, empty_columns
 
 RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_exposed_s", "samples", "loss")
@@ -29,52 +29,59 @@ PHASE_TOTALS: Final[tuple[str, ...]] = ("data_wait", "compute", "comm_exposed", 
 """The phases ``SessionData.phase_totals`` sums (``phase_seconds``' keys)."""
 
 
-def add_phases(totals: dict[str, float], s: Step) -> None:
-    """One step into running phase totals, split as ``phase_seconds`` splits it (~0.5 µs; numpy would be ~20)."""
-    step = s.step_s if s.step_s == s.step_s else 0.0  # NaN != NaN
-    if s.compute_s is None or s.compute_s != s.compute_s:
-        totals["unmeasured"] += step
-        return
-    data = s.data_wait_s if s.data_wait_s is not None and s.data_wait_s == s.data_wait_s else 0.0
-    comm = s.comm_exposed_s if s.comm_exposed_s is not None and s.comm_exposed_s == s.comm_exposed_s else 0.0
-    other = step - data - s.compute_s - comm
-    totals["data_wait"] += data
-    totals["compute"] += s.compute_s
-    totals["comm_exposed"] += comm
-    totals["other"] += other if other >= OTHER_RESOLUTION_S else 0.0
+STEP_COLUMNS: Final[tuple[str, ...]] = tuple(spec.name for spec in FIELDS["step"])
+"""The columns of a step matrix (``step_matrix``, ``take_recent``): a step's fields in schema order."""
+COLUMN: Final[dict[str, int]] = {name: i for i, name in enumerate(STEP_COLUMNS)}
+_VALUES: Final = attrgetter(*STEP_COLUMNS)
 
 
-def load_recent(recent: dict[str, np.ndarray], rank: dict[str, np.ndarray], rows: np.ndarray, cols: Columns) -> None:
-    """Each rank row's last steps of ``cols`` (the recorded steps, rows ``rows``) into its ring, in step order, as
-    taking them one by one would; its step count, samples and current step follow."""
+def step_matrix(steps: Sequence[Step]) -> np.ndarray:
+    """Steps as one float64 matrix (a row per step, ``STEP_COLUMNS``; NaN for a missing figure, 0/1 for a flag)."""
+    values = _VALUES
+    return np.array([values(s) for s in steps], dtype=np.float64).reshape(len(steps), len(STEP_COLUMNS))
+
+
+def columns_matrix(cols: Columns) -> np.ndarray:
+    """Step columns (a recording's) as a step matrix; a column the recording lacks is NaN."""
+    out = np.full((len(cols["rank"]), len(STEP_COLUMNS)), np.nan)
+    for name, i in COLUMN.items():
+        if name in cols:
+            out[:, i] = np.asarray(cols[name], dtype=np.float64)
+    return out
+
+
+def take_recent(recent: dict[str, np.ndarray], rank: dict[str, np.ndarray], rows: np.ndarray,
+                steps: np.ndarray) -> None:
+    """Steps (a step matrix, in arrival order) of rank rows ``rows`` into the rings as taking them one by one
+    would: each row's newest ``recent_steps`` go into its next slots; its step count, samples and current step
+    (its last step's) follow. One pass over all of them, no loop per rank."""
     size_r = recent["step"].shape[0]  # slot-major: slots x rank rows
-    order = np.lexsort((cols["step"], rows))
-    rows_sorted = rows[order]
-    starts = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
-    sizes = np.diff(np.r_[starts, rows_sorted.size])
-    for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
-        row = int(rows_sorted[start])
-        before = int(rank["count"][row])
-        take = order[start + max(0, size - size_r): start + size]
-        slots = (before + max(0, size - size_r) + np.arange(take.size)) % size_r
-        recent["step"][slots, row] = cols["step"][take].astype(np.int64)
-        recent["end_s"][slots, row] = cols["end_s"][take]
-        recent["first_batch"][slots, row] = np.nan_to_num(cols["first_batch"][take].astype(np.float64)) > 0
-        for name in RECENT_FIELDS:
-            recent[name][slots, row] = cols[name][take].astype(np.float64)
-        rank["count"][row] = before + size
-        samples = cols["samples"][order[start:start + size]].astype(np.float64)
-        if not np.isnan(samples).all():
-            rank["samples"][row] = np.nan_to_num(rank["samples"][row]) + float(np.nansum(samples))
-        rank["current_step"][row] = float(np.nanmax(cols["step"][order[start:start + size]]))
-
-
-def fitting_ranks(ranks: np.ndarray, known: Collection[int], room: int) -> np.ndarray:
-    """Which of these steps' ranks have a row (``known``) or can still get one (the first ``room`` new ranks)."""
-    known_set = set(known)
-    new = [int(r) for r in np.unique(ranks).tolist() if int(r) not in known_set]
-    allowed = known_set | set(new[:max(0, room)])
-    return np.isin(ranks, np.fromiter(allowed, np.int64, len(allowed)))
+    n = rows.size
+    order = np.argsort(rows, kind="stable")  # by row, arrival order within a row
+    by_row = rows[order]
+    first = np.r_[True, by_row[1:] != by_row[:-1]]
+    group = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.r_[starts, n])
+    within = np.arange(n) - starts[group]
+    keep = within >= sizes[group] - size_r  # a row given more steps than its ring holds keeps its newest
+    slots = ((rank["count"][by_row].astype(np.int64) + within) % size_r)[keep]
+    at, into = order[keep], by_row[keep]
+    recent["step"][slots, into] = steps[at, COLUMN["step"]]
+    recent["end_s"][slots, into] = steps[at, COLUMN["end_s"]]
+    recent["first_batch"][slots, into] = steps[at, COLUMN["first_batch"]] > 0  # NaN (not sent): not a first batch
+    for name in RECENT_FIELDS:
+        recent[name][slots, into] = steps[at, COLUMN[name]]
+    grown = by_row[starts]
+    rank["count"][grown] += sizes
+    rank["current_step"][grown] = steps[order[starts + sizes - 1], COLUMN["step"]]
+    samples = steps[order, COLUMN["samples"]]
+    have = ~np.isnan(samples)
+    if have.any():  # NaN until a rank reports samples: "not reported" is not 0
+        total = np.bincount(group[have], weights=samples[have], minlength=starts.size)
+        reported = np.bincount(group[have], minlength=starts.size) > 0
+        rows_reported = grown[reported]
+        rank["samples"][rows_reported] = np.nan_to_num(rank["samples"][rows_reported]) + total[reported]
 
 
 def recent_columns(rank_of_row: np.ndarray, recent: dict[str, np.ndarray], n: int) -> Columns:

@@ -12,7 +12,11 @@ the time-bucket ring with its merging (``ringscope.gui.core.live.time_buckets``)
 (``ringscope.gui.core.live.step_columns``), and the GPU / host rings (``ringscope.gui.core.live.device_series``). The
 ``Snapshot`` type and the heuristics that build it from the store's copy live in ``ringscope.gui.core.live.snapshot``.
 Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host series that
-received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap.
+received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap. Steps are the
+bulk of what arrives (10 000 a second at 1 024 ranks x 10 steps/s): the collector thread only hands them over, as a
+list, and the next reader (a frame, the analysis, at the latest every ``PENDING_STEPS``) takes them into the rings
+in one vectorized pass; a new agent's Hello or a "finished" event takes them first, so no rank's state is seen out
+of order.
 
 What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
 (``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
@@ -52,13 +56,14 @@ from ringscope.gui.core.live.snapshot import (
     readonly,
 )
 from ringscope.gui.core.live.step_columns import (
+    COLUMN,
     PHASE_TOTALS,
     RECENT_FIELDS,
-    add_phases,
-    fitting_ranks,
+    columns_matrix,
     health_columns,
-    load_recent,
     recent_columns,
+    step_matrix,
+    take_recent,
 )
 from ringscope.gui.core.live.time_buckets import HEAT, TimeBuckets
 from ringscope.gui.core.session_data import Columns, SessionData
@@ -77,6 +82,11 @@ SESSION_STEPS: Final[int] = 1 << 18
 newest ``SESSION_STEPS // ranks`` steps (at least ``recent_window``): at 8 192 ranks 32 of the 128 it keeps, so an
 analysis pass copies a quarter of the ring under the collector's lock and sends ~40 MB to the window, not ~170 MB.
 Up to 2 048 ranks (at the default 128 steps) every kept step goes."""
+PENDING_STEPS: Final[int] = 4096
+"""Steps the collector hands over as a list at most before it takes them into the rings itself. A reader (a frame,
+the analysis) takes what is pending first, so no reader ever sees a step missing. Measured on 2 cores, 1 024 ranks in
+messages of 4 steps: handing a step over costs the collector 0.8 µs where taking it into the rings one by one cost
+6; a frame's pass over the ~330 steps since the one before costs ~2.3 µs a step."""
 STRAGGLER_EVERY_S: Final[float] = 0.25
 """How often frames re-judge the straggler (between, a frame shows the last verdict); per 1 024 ranks past 1 024."""
 
@@ -143,6 +153,8 @@ class LiveStore:
         self._sec_abs = np.full(16, -1, np.int64)
         self._sec_msgs = np.zeros(16)
         self._steps_total = 0
+        self._pending: list[tuple[str, Step]] = []  # (agent id, step) handed over, not yet in the rings (_settle)
+        self._agent_rank_pairs: set[tuple[str, int]] = set()  # (agent, rank) of every step taken: _take_steps' check
         self._latest_end_s = math.nan
         self._end_ring = np.full(1 << 16, np.nan)  # end_s of ingested steps, for latency measurements
         # every step's phase seconds summed, also those the rings no longer hold: what the run's waiting cost
@@ -228,6 +240,7 @@ class LiveStore:
         if cached is not None and cached.version == self._version and 0 <= now - cached.now_s < 0.2:
             return cached
         with self._lock:
+            self._settle()
             raw = self._copy_locked()
             raw["gpu_summary"] = self._devices.summary(self._ended[1] if self._ended else now)
             if now_s is None:
@@ -253,7 +266,7 @@ class LiveStore:
         # A run's first steps are not left out for up to max_age_s: the runs table would say "0 steps" while the
         # cards, drawn from the frame, count thousands (one snapshot more per run, once)
         if (cached is not None and 0 <= now - cached.now_s < max_age_s
-                and (cached.steps_total > 0 or self._steps_total == 0)):
+                and (cached.steps_total > 0 or (self._steps_total == 0 and not self._pending))):
             return cached
         return self.snapshot(now_s)
 
@@ -261,6 +274,7 @@ class LiveStore:
         """``end_s`` of the steps ingested after the first ``since`` up to the first ``until`` (default: all; at
         most the last 65 536), and where that ends (a frame's ``steps_total`` names the steps it showed)."""
         with self._lock:
+            self._settle()
             total = self._steps_total if until is None else min(until, self._steps_total)
             size = self._end_ring.size
             first = max(since, total - size)
@@ -274,6 +288,7 @@ class LiveStore:
         ``gpu_budget`` (``DeviceSeries.gpu_columns``). ``least``: what each rank and GPU gives at least (default:
         ``recent_window`` steps, ``SESSION_GPU_READINGS_MIN`` readings)."""
         with self._lock:  # copies only: the collector waits for this lock (8 192 ranks: ~20 ms, not seconds)
+            self._settle()
             n = self._rows
             keep = min(self._R, max(self._K if least is None else least, budget // max(n, 1)))
             count = self._rank["count"][:n].astype(np.int64)
@@ -298,38 +313,14 @@ class LiveStore:
         steps' whole span fits the ring. ``last_seen_s`` gives each rank's last receive time (default: its last
         step's end).
         """
-        count = len(steps["rank"])
-        if count == 0:
+        if len(steps["rank"]) == 0:
             return
         with self._lock:
-            order = np.argsort(steps["end_s"], kind="stable")
-            cols = {name: np.asarray(column)[order] for name, column in steps.items()}
-            ranks = cols["rank"].astype(np.int64)
-            fits = fitting_ranks(ranks, self._row_of.keys(), self._max_ranks - self._rows)
-            if not fits.all():
-                self._counters["records_beyond_rank_cap"] += int((~fits).sum())
-                cols = {name: column[fits] for name, column in cols.items()}
-                ranks, count = ranks[fits], int(fits.sum())
-            end = cols["end_s"].astype(np.float64)
-            unique, inverse = np.unique(ranks, return_inverse=True)
-            rows = np.array([self._row(int(r)) for r in unique.tolist()], dtype=np.int64)[inverse]
+            self._settle()
+            order = np.argsort(steps["end_s"], kind="stable")  # as they would have arrived
+            matrix = columns_matrix(steps)[order]
             self._version += 1
-            load_recent(self._recent, self._rank, rows, cols)
-            first_batch = np.nan_to_num(cols["first_batch"].astype(np.float64), nan=0.0) > 0
-            steady = ~first_batch & np.isfinite(end)
-            if steady.any():
-                self._buckets.widen_to(float(end[steady].max() - end[steady].min()))
-            self._counters["late_steps"] += self._buckets.load(rows[steady], end[steady],
-                                                               {n: cols[n][steady] for n in cols})
-            self._steps_total += count
-            for phase, seconds in phase_seconds(cols).items():
-                self._phase_totals[phase] += float(seconds.sum())
-            ring = self._end_ring
-            tail = end[-ring.size:]
-            ring[(self._steps_total - tail.size + np.arange(tail.size)) % ring.size] = tail
-            finite = end[np.isfinite(end)]
-            if finite.size and not finite.max() <= self._latest_end_s:
-                self._latest_end_s = float(finite.max())
+            ranks, end = self._take_steps(matrix, None)
             for rank, row in self._row_of.items():
                 mine = ranks == rank
                 if mine.any():
@@ -340,12 +331,17 @@ class LiveStore:
 
     def _take(self, agent_id: str, record: Any, recv_s: float) -> None:
         if isinstance(record, Step):
-            self._take_step(agent_id, record)
+            pending = self._pending
+            pending.append((agent_id, record))
+            if len(pending) >= PENDING_STEPS:
+                self._settle()
         elif isinstance(record, GpuSample):
             self._devices.take_gpu(record)
         elif isinstance(record, HostSample):
             self._devices.take_host(record)
         elif isinstance(record, Hello):
+            if record.agent_id not in self._agents:  # a new agent (a restart): what came before it goes first
+                self._settle()
             self._take_hello(record)
         elif isinstance(record, Health):
             if self._agent_dropped.get(agent_id) != record.dropped_records:
@@ -355,6 +351,7 @@ class LiveStore:
         elif isinstance(record, Event):
             self._events.append(record)
             if record.event == EventKind.FINISHED:
+                self._settle()  # it follows the steps it ends
                 ranks = self._agent_ranks.get(agent_id) or ({record.rank} if record.rank is not None else set())
                 for rank in ranks:
                     row = self._row_of.get(rank)
@@ -385,36 +382,79 @@ class LiveStore:
             if not known:
                 self._rank["finished"][row] = 0.0  # a new agent for this rank: a restart, running again
 
-    def _take_step(self, agent_id: str, s: Step) -> None:
-        row = self._row(s.rank)
-        agents = self._rank_agents.setdefault(s.rank, set())
-        if agent_id not in agents:
-            agents.add(agent_id)
-            self._loss_version += 1
-            self._rank["finished"][row] = 0.0  # steps from a new agent for this rank: it restarted
-        self._agent_ranks.setdefault(agent_id, set()).add(s.rank)
-        self._rank["current_step"][row] = s.step
-        slot = int(self._rank["count"][row]) % self._R
-        self._rank["count"][row] += 1
-        if s.samples is not None:  # NaN until a rank reports samples: "not reported" is not 0
-            samples = self._rank["samples"]
-            before = float(samples[row])
-            samples[row] = (before if before == before else 0.0) + s.samples  # NaN != NaN; np.nan_to_num: ~20 µs
-        recent = self._recent
-        recent["step"][slot, row] = s.step
-        recent["end_s"][slot, row] = s.end_s
-        recent["first_batch"][slot, row] = s.first_batch
-        for name in RECENT_FIELDS:
-            value = getattr(s, name)
-            recent[name][slot, row] = np.nan if value is None else value
-        self._end_ring[self._steps_total % self._end_ring.size] = s.end_s
-        self._steps_total += 1
-        add_phases(self._phase_totals, s)
-        if not s.end_s <= self._latest_end_s:
-            self._latest_end_s = s.end_s
+    def _settle(self) -> None:
+        """Take the steps handed over since the last reader into the rings, all at once (lock held)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        try:
+            matrix = step_matrix([step for _, step in pending])
+        except (TypeError, ValueError):  # a hand-made record (decoded ones cannot): it alone is lost, and counted
+            good = []
+            for item in pending:
+                try:
+                    step_matrix([item[1]])
+                    good.append(item)
+                except (TypeError, ValueError):
+                    self._counters["bad_records"] += 1
+                    log.debug("store: could not take %r", item[1], exc_info=True)
+            pending = good
+            matrix = step_matrix([step for _, step in pending])
+        self._take_steps(matrix, [agent for agent, _ in pending])
+
+    def _take_steps(self, steps: np.ndarray, agents: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
+        """Steps (a step matrix, arrival order; ``agents``: who sent each, None for a recording's) into the rings,
+        the time buckets and the totals, as taking them one by one would. Returns the ranks and ``end_s`` of those
+        kept: a rank beyond the cap is counted, not kept. Lock held."""
+        ranks = steps[:, COLUMN["rank"]].astype(np.int64)
+        unique, inverse = np.unique(ranks, return_inverse=True)
+        row_of = self._row_of
+        unique_rows = [row_of.get(rank, -1) for rank in unique.tolist()]
+        for i, row in enumerate(unique_rows):
+            if row < 0:  # a rank without a Hello yet
+                try:
+                    unique_rows[i] = self._row(int(unique[i]))
+                except _RankCapError:
+                    pass
+        if agents is not None:
+            pairs = set(zip(agents, ranks.tolist(), strict=True))
+            for agent_id, rank in pairs - self._agent_rank_pairs:  # a rank stepping for an agent not seen with it
+                row = row_of.get(rank, -1)
+                if row < 0:
+                    continue  # beyond the cap
+                self._agent_rank_pairs.add((agent_id, rank))
+                known = self._rank_agents.setdefault(rank, set())
+                if agent_id not in known:
+                    known.add(agent_id)
+                    self._loss_version += 1
+                    self._rank["finished"][row] = 0.0  # steps from a new agent for this rank: it restarted
+                self._agent_ranks.setdefault(agent_id, set()).add(rank)
+        rows = np.array(unique_rows, np.int64)[inverse]
+        kept = rows >= 0
+        if not kept.all():
+            self._counters["records_beyond_rank_cap"] += int((~kept).sum())
+            steps, ranks, rows = steps[kept], ranks[kept], rows[kept]
+        count = rows.size
+        end = steps[:, COLUMN["end_s"]]
+        if count == 0:
+            return ranks, end
+        take_recent(self._recent, self._rank, rows, steps)
+        ring = self._end_ring
+        tail = end[-ring.size:]
+        ring[(self._steps_total + count - tail.size + np.arange(tail.size)) % ring.size] = tail
+        self._steps_total += count
+        cols = {name: steps[:, i] for name, i in COLUMN.items()}
+        for phase, seconds in phase_seconds(cols).items():
+            self._phase_totals[phase] += float(seconds.sum())
+        finite = end[np.isfinite(end)]
+        if finite.size and not finite.max() <= self._latest_end_s:
+            self._latest_end_s = float(finite.max())
         # start-up data waits stay out of the steady-state pictures
-        if not s.first_batch and not self._buckets.add(row, s):
-            self._counters["late_steps"] += 1  # older than the kept history
+        steady = ~(cols["first_batch"] > 0) & np.isfinite(end)
+        self._counters["late_steps"] += self._buckets.load(rows[steady], end[steady],
+                                                           {name: column[steady] for name, column in cols.items()})
+        return ranks, end
 
     def _count_second(self, recv_s: float) -> None:
         sec = int(recv_s)

@@ -8,8 +8,8 @@ communication share; the cluster's mean step and phases) kept up to date column 
 that changes whenever the column does, so a view redoes only those. When a run outgrows the ring the bucket width
 doubles and neighbouring buckets merge (``MAX_BUCKET_S`` at most), so the ring always covers the whole run.
 
-Locking: no lock of its own. Every method is called with the owning ``LiveStore``'s ``_lock`` held (``add`` from
-the collector thread, ``refresh`` / ``frame`` from a snapshot copy, ``load`` from a bulk reload).
+Locking: no lock of its own. Every method is called with the owning ``LiveStore``'s ``_lock`` held (``load`` with
+the steps handed over since the last reader, or a recording's; ``refresh`` / ``frame`` from a snapshot copy).
 
 What it must never do: import Qt, grow with time (its size is ranks x buckets), or write 0 where nothing was
 measured (an empty bucket is NaN in the derived figures).
@@ -22,7 +22,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from ringscope.agent.schema import Step
 from ringscope.gui.core.live.snapshot import PHASES
 from ringscope.gui.core.session_data import Columns
 
@@ -94,49 +93,28 @@ class TimeBuckets:
 
     # ---- Writing (collector thread, or a bulk reload) --------------------------------------------------------------
 
-    def add(self, row: int, s: Step) -> bool:
-        """Add one step of rank row ``row``; False when it is older than the kept history (not added)."""
-        b = math.floor(s.end_s / self.bucket_s)
-        while self.first_abs >= 0 and b - self.first_abs >= self.T and self.bucket_s * 2 <= MAX_BUCKET_S:
-            self._merge()  # the run outgrew the ring: halve the resolution, keep the whole run
-            b = math.floor(s.end_s / self.bucket_s)
-        if b > self.head_abs:
-            self.dirty_cols.update(self._advance(b).tolist())
-        col = b % self.T
-        if self.col_abs[col] != b:
-            return False
-        if self.first_abs < 0 or b < self.first_abs:
-            self.first_abs = b
-        sums = self.sums
-        self.dirty_cols.add(col)
-        sums["n"][col, row] += 1
-        sums["step_s"][col, row] += s.step_s
-        for name in _MEASURED:
-            value = getattr(s, name)
-            if value is not None:
-                sums[name][col, row] += value
-                sums["n_" + name][col, row] += 1
-        self.steps[col] += 1
-        if s.samples is not None:
-            self.samples[col] += s.samples
-        return True
-
     def widen_to(self, span_s: float) -> None:
-        """Before a ring that has no step yet takes a recording's steps: double the bucket width until ``span_s``
-        seconds fit."""
+        """Before a ring that has no step yet takes its first: double the bucket width until ``span_s`` seconds
+        fit."""
         if self.first_abs < 0:
             while span_s / self.bucket_s >= self.T - 1 and self.bucket_s * 2 <= MAX_BUCKET_S:
                 self.bucket_s *= 2
 
     def load(self, rows: np.ndarray, end: np.ndarray, cols: Columns) -> int:
-        """Add many steps at once (vectorized, ``end`` ascending), as ``add`` one by one would; returns how many
-        were older than the kept history (not added)."""
+        """Add many steps of rank rows ``rows`` at once (vectorized; any order); returns how many were older than
+        the kept history (not added). A run that outgrows the ring first has its buckets merged (the width
+        doubles), so it is kept whole."""
         if not rows.size:
             return 0
+        if self.first_abs < 0:
+            self.widen_to(float(end.max() - end.min()))
+        while (self.first_abs >= 0 and math.floor(float(end.max()) / self.bucket_s) - self.first_abs >= self.T
+               and self.bucket_s * 2 <= MAX_BUCKET_S):
+            self._merge()  # the run outgrew the ring: halve the resolution, keep the whole run
         b = np.floor(end / self.bucket_s).astype(np.int64)
         head = int(b.max())
         if head > self.head_abs:
-            self._advance(head)
+            self.dirty_cols.update(self._advance(head).tolist())
         col = b % self.T
         kept = self.col_abs[col] == b
         late = int((~kept).sum())

@@ -10,7 +10,7 @@ import numpy as np
 from ringscope.agent import wire
 from ringscope.agent.schema import GpuSample, Hello, Step
 from ringscope.gui.core.analysis.summary import phase_seconds
-from ringscope.gui.core.live.step_columns import PHASE_TOTALS, add_phases, fitting_ranks
+from ringscope.gui.core.live.step_columns import PHASE_TOTALS
 from ringscope.gui.core.live.store import LiveStore
 from ringscope.gui.core.session_data import columns_from_rows
 from tests.gui.core.live.test_store import T0, batch, feed_cluster
@@ -35,6 +35,8 @@ def test_bulk_load_leaves_the_same_state_as_live_ingest() -> None:
     live.on_batch(wire.Batch("a", 0, T0, (1, 1), [hello]), T0)
     for i in range(0, len(steps), 40):
         live.on_batch(wire.Batch("a", 1 + i, T0, (1, 1), steps[i:i + 40]), steps[i].end_s)
+        if i % 400 == 0:
+            live.snapshot(now_s=steps[i].end_s)  # frames take the steps handed over so far: merges come in between
     bulk = LiveStore(buckets=60)
     bulk.on_batch(wire.Batch("a", 0, T0, (1, 1), [hello]), T0)
     bulk.load_steps(columns_from_rows("step", [wire.record_values(s) for s in steps]))
@@ -90,9 +92,20 @@ def test_past_the_budget_each_rank_hands_the_analysis_its_newest_steps() -> None
     assert len(light.steps["step"]) == 5 * 2
 
 
-def test_only_ranks_with_a_row_or_room_for_one_fit() -> None:
-    ranks = np.array([5, 1, 7, 1, 9])
-    assert fitting_ranks(ranks, {1}, room=1).tolist() == [True, True, False, True, False]
+def test_steps_of_ranks_beyond_the_cap_are_counted_not_kept_live_and_bulk() -> None:
+    steps = [Step(r, k, T0 + k, T0 + k + 0.1, 0.1, 0.01, 0.05, 0.03, 0.02, 32, None, None, None, False)
+             for k in range(3) for r in (5, 1, 7, 1, 9)]  # ranks 1 and 5 take the two rows; 7 and 9 find none
+    live = LiveStore(max_ranks=2)
+    live.on_batch(batch("a", steps[:5]), T0)
+    live.snapshot(now_s=T0 + 1)  # between messages, as a frame would
+    live.on_batch(batch("a", steps[5:], seq=1), T0 + 3)
+    bulk = LiveStore(max_ranks=2)
+    bulk.load_steps(columns_from_rows("step", [wire.record_values(s) for s in steps]))
+    for store in (live, bulk):
+        snap = store.snapshot(now_s=T0 + 4)
+        assert sorted(snap.ranks.tolist()) == [1, 5]
+        assert snap.counters["records_beyond_rank_cap"] == 2 * 3
+        assert snap.steps_total == 3 * 3 and sorted(snap.rank_steps.tolist()) == [3, 6]
 
 
 def test_running_phase_totals_split_each_step_as_the_analysis_does() -> None:
@@ -114,9 +127,12 @@ def test_running_phase_totals_split_each_step_as_the_analysis_does() -> None:
         elif kind == 4:  # a remainder below 1 µs is rounding, not time
             comp = step_s - drawn[0] - drawn[2] - 4e-7
         steps.append(Step(k % 4, k, T0, T0 + step_s, step_s, data, comp, None, comm, 32, None, None, None, False))
-    totals = dict.fromkeys(PHASE_TOTALS, 0.0)
-    for one in steps:
-        add_phases(totals, one)
+    store = LiveStore(recent_steps=16, recent_window=4)  # most steps leave the rings: the totals keep them
+    for i in range(0, len(steps), 30):
+        store.on_batch(batch("a", steps[i:i + 30], seq=i), T0)
+        if i % 90 == 0:
+            store.snapshot(now_s=T0 + i)  # a frame takes what was handed over so far; the rest waits for the next
+    totals = store.to_session_data().phase_totals
     columns = columns_from_rows("step", [wire.record_values(one) for one in steps])  # as recorded
     expected = {phase: float(seconds.sum()) for phase, seconds in phase_seconds(columns).items()}
     assert set(expected) == set(PHASE_TOTALS)

@@ -67,8 +67,16 @@ def test_bucket_stamps_change_exactly_where_heat_columns_change() -> None:
 def test_a_step_older_than_the_ring_is_not_added_and_the_width_stops_at_its_maximum() -> None:
     buckets = TimeBuckets(4, 1.0)
     buckets.grow(2)
-    assert buckets.add(0, step(0, 0, T0 + 10.0))
-    assert not buckets.add(1, step(1, 1, T0 + 10.0 - 9.0))  # before the ring's oldest bucket (first_abs moved on)
+    buckets.use(2)
+
+    def load(row: int, end: float) -> int:
+        one = step(row, 0, end)
+        cols = {name: np.array([np.nan if getattr(one, name) is None else float(getattr(one, name))])
+                for name in ("step_s", "data_wait_s", "compute_s", "comm_exposed_s", "samples")}
+        return buckets.load(np.array([row]), np.array([end]), cols)
+
+    assert load(0, T0 + 10.0) == 0
+    assert load(1, T0 + 10.0 - 9.0) == 1  # before the ring's oldest bucket (first_abs moved on): late, not added
     buckets.widen_to(1e9)  # the ring has steps already: the width stays
     assert buckets.bucket_s == 1.0
     fresh = TimeBuckets(4, 1.0)
