@@ -82,7 +82,7 @@ SESSION_STEPS: Final[int] = 1 << 18
 newest ``SESSION_STEPS // ranks`` steps (at least ``recent_window``): at 8 192 ranks 32 of the 128 it keeps, so an
 analysis pass copies a quarter of the ring under the collector's lock and sends ~40 MB to the window, not ~170 MB.
 Up to 2 048 ranks (at the default 128 steps) every kept step goes."""
-PENDING_STEPS: Final[int] = 4096
+PENDING_STEPS: Final[int] = 1024
 """Steps the collector hands over as a list at most before it takes them into the rings itself. A reader (a frame,
 the analysis) takes what is pending first, so no reader ever sees a step missing. Measured on 2 cores, 1 024 ranks in
 messages of 4 steps: handing a step over costs the collector 0.8 µs where taking it into the rings one by one cost

@@ -122,18 +122,26 @@ class TimeBuckets:
         if not rows.size:
             return late
         self.first_abs = int(b.min()) if self.first_abs < 0 else min(self.first_abs, int(b.min()))
+        # each (bucket, rank) cell once, its steps summed by bincount: np.add.at cost a quarter of a frame's pass
+        # over 2 000 steps at 8 192 ranks
+        cells, at = np.unique(col * (rows.max() + 1) + rows, return_inverse=True)
+        cell_col, cell_row = np.divmod(cells, rows.max() + 1)
         sums = self.sums
-        np.add.at(sums["n"], (col, rows), 1.0)
-        np.add.at(sums["step_s"], (col, rows), cols["step_s"][kept].astype(np.float64))
+
+        def add(name: str, weights: np.ndarray | None) -> None:
+            sums[name][cell_col, cell_row] += np.bincount(at, weights=weights, minlength=cells.size)
+
+        add("n", None)
+        add("step_s", cols["step_s"][kept].astype(np.float64))
         for name in _MEASURED:
             values = cols[name][kept].astype(np.float64)
             have = ~np.isnan(values)
-            np.add.at(sums[name], (col[have], rows[have]), values[have])
-            np.add.at(sums["n_" + name], (col[have], rows[have]), 1.0)
-        np.add.at(self.steps, col, 1.0)
+            add(name, np.where(have, values, 0.0))
+            add("n_" + name, have.astype(np.float64))
+        self.steps += np.bincount(col, minlength=self.T)
         samples = cols["samples"][kept].astype(np.float64)
         have = ~np.isnan(samples)
-        np.add.at(self.samples, col[have], samples[have])
+        self.samples += np.bincount(col[have], weights=samples[have], minlength=self.T)
         self.dirty_cols.update(np.unique(col).tolist())
         return late
 
