@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Final
 
 import zmq
@@ -41,7 +41,7 @@ from zmq.utils import monitor as zmq_monitor
 
 from ringscope.agent import control, wire
 from ringscope.agent.keys import AgentKeys
-from ringscope.agent.schema import Health, Hello, Record, shifted
+from ringscope.agent.schema import Health, Hello, PublisherStats, Record, shifted
 
 log = logging.getLogger(__name__)
 
@@ -70,23 +70,6 @@ CONTROL_PER_WAKE: Final[int] = 64
 """Control messages handled per sender wake-up at most (the rest wait in ZeroMQ's bounded queue)."""
 _CONTROL_RCVHWM: Final[int] = 64
 _EXPIRED_KEPT: Final[int] = 16_384
-
-
-@dataclass(slots=True)
-class PublisherStats(Health):
-    """Cumulative counters of one publisher: its ``Health`` record (the same fields, which go on the wire; ``ts_s``:
-    when the snapshot was taken) and those that stay in the process."""
-
-    unacked: int = 0  # messages sent and not yet acknowledged
-    unacked_bytes: int = 0
-    acked_seq: int = -1  # highest sequence number the collector acknowledged
-    resent_batches: int = 0  # messages sent again after a reconnect
-    unacked_expired: int = 0  # messages forgotten unacknowledged (bounds reached)
-    control_received: int = 0
-    control_refused: int = 0  # malformed or failed control messages
-    # records sent that the collector never acknowledged: still waiting when close() ended, or forgotten
-    # unacknowledged (bounds) before; sent, maybe written (the recording says), but never confirmed
-    unconfirmed_at_close: int = 0
 
 
 ControlHandler = Callable[[control.Control], object]

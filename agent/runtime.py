@@ -50,13 +50,14 @@ from ringscope.agent.devices import DeviceProbe, DeviceSampler, host_name
 from ringscope.agent.heartbeat import INTERVAL_S as HEARTBEAT_INTERVAL_S
 from ringscope.agent.heartbeat import HeartbeatThread, Position, dump_threads
 from ringscope.agent.keys import AccessKeyError, AgentKeys, agent_keys_from_env
-from ringscope.agent.publisher import DEFAULT_ENDPOINT, Publisher, PublisherStats
+from ringscope.agent.publisher import DEFAULT_ENDPOINT, Publisher
 from ringscope.agent.schema import (
     AGENT_VERSION,
     MAX_TEXT_CHARS,
     Event,
     EventKind,
     Hello,
+    PublisherStats,
     Record,
     Step,
     schema_version_str,

@@ -332,6 +332,23 @@ class Heartbeat:
 
 Record = Hello | Step | GpuSample | HostSample | Event | Health | Heartbeat
 
+@dataclass(slots=True)
+class PublisherStats(Health):
+    """Cumulative counters of one publisher (``Publisher.stats``): its ``Health`` record (the same fields, which go on
+    the wire; ``ts_s``: when the snapshot was taken) and those that stay in the process. Not a record kind."""
+
+    unacked: int = 0  # messages sent and not yet acknowledged
+    unacked_bytes: int = 0
+    acked_seq: int = -1  # highest sequence number the collector acknowledged
+    resent_batches: int = 0  # messages sent again after a reconnect
+    unacked_expired: int = 0  # messages forgotten unacknowledged (bounds reached)
+    control_received: int = 0
+    control_refused: int = 0  # malformed or failed control messages
+    # records sent that the collector never acknowledged: still waiting when close() ended, or forgotten
+    # unacknowledged (bounds) before; sent, maybe written (the recording says), but never confirmed
+    unconfirmed_at_close: int = 0
+
+
 RECORD_TYPES: Final[tuple[type, ...]] = (Hello, Step, GpuSample, HostSample, Event, Health, Heartbeat)
 KIND_SINCE: Final[dict[str, tuple[int, int]]] = {"heartbeat": (1, 2)}
 """Record kinds added by a minor version: files and senders of an older minor version have none of them."""

@@ -14,6 +14,8 @@ What it must never do: import Qt, or turn a missing reading into 0 (it stays NaN
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Final
@@ -21,7 +23,10 @@ from typing import Final
 import numpy as np
 
 from ringscope.agent.schema import FIELDS, Health, Step
+from ringscope.gui.core.analysis.summary import phase_seconds
 from ringscope.gui.core.session_data import Columns, empty_columns
+
+log = logging.getLogger(__name__)
 
 RECENT_FIELDS: Final = ("step_s", "data_wait_s", "compute_s", "comm_s", "comm_exposed_s", "samples", "loss")
 """The per-step figures each rank's ring keeps (float32, NaN when not reported)."""
@@ -35,10 +40,66 @@ COLUMN: Final[dict[str, int]] = {name: i for i, name in enumerate(STEP_COLUMNS)}
 _VALUES: Final = attrgetter(*STEP_COLUMNS)
 
 
+def empty_recent(slots: int) -> dict[str, np.ndarray]:
+    """Rings of ``slots`` recent steps, for no rank row yet (slot-major: slots x rank rows)."""
+    recent: dict[str, np.ndarray] = {name: np.zeros((slots, 0), np.float32) for name in RECENT_FIELDS}
+    recent.update(step=np.zeros((slots, 0), np.int64), end_s=np.zeros((slots, 0)),
+                  first_batch=np.zeros((slots, 0), bool))
+    return recent
+
+
+def grown_recent(recent: dict[str, np.ndarray], cap: int, rows: int, filled: int) -> dict[str, np.ndarray]:
+    """The rings with room for ``cap`` rank rows, the ``filled`` slots of the first ``rows`` copied. The rest is
+    only reserved (zeroed memory the kernel maps when first written). Slot-major (slot k of every rank contiguous;
+    a slot past a rank's ``count`` holds nothing and is never read): the first steps of 8 192 ranks map one slot's
+    pages, not all 84 MB of rings as rank-major rows did."""
+    def reserved(array: np.ndarray) -> np.ndarray:
+        out = np.zeros((array.shape[0], cap), dtype=array.dtype)
+        out[:filled, :rows] = array[:filled, :rows]
+        return out
+
+    return {name: reserved(array) for name, array in recent.items()}
+
+
 def step_matrix(steps: Sequence[Step]) -> np.ndarray:
     """Steps as one float64 matrix (a row per step, ``STEP_COLUMNS``; NaN for a missing figure, 0/1 for a flag)."""
     values = _VALUES
     return np.array([values(s) for s in steps], dtype=np.float64).reshape(len(steps), len(STEP_COLUMNS))
+
+
+def pending_matrix(pending: Sequence[tuple[str, Step]]) -> tuple[np.ndarray, list[str], int]:
+    """Steps handed over as (agent id, step): their step matrix, their agents, and how many were left out because
+    they cannot be one (a hand-made record; a decoded one always can): each of those alone is lost, and counted."""
+    try:
+        return step_matrix([step for _, step in pending]), [agent for agent, _ in pending], 0
+    except (TypeError, ValueError):
+        good = [item for item in pending if _fits(item[1])]
+        return step_matrix([step for _, step in good]), [agent for agent, _ in good], len(pending) - len(good)
+
+
+def _fits(step: Step) -> bool:
+    try:
+        step_matrix([step])
+        return True
+    except (TypeError, ValueError):
+        log.debug("live store: could not take %r", step, exc_info=True)
+        return False
+
+
+def add_phase_totals(totals: dict[str, float], steps: np.ndarray) -> float:
+    """Each phase's seconds over these steps (a step matrix) added to ``totals``, split as ``phase_seconds`` splits
+    them; returns their latest finite end (NaN: none)."""
+    for phase, seconds in phase_seconds({name: steps[:, i] for name, i in COLUMN.items()}).items():
+        totals[phase] += float(seconds.sum())
+    end = steps[:, COLUMN["end_s"]]
+    finite = end[np.isfinite(end)]
+    return float(finite.max()) if finite.size else math.nan
+
+
+def into_ring(ring: np.ndarray, written: int, values: np.ndarray) -> None:
+    """``values`` into a ring that has had ``written`` values so far (the newest ``ring.size`` of them fit)."""
+    tail = values[-ring.size:]
+    ring[(written + values.size - tail.size + np.arange(tail.size)) % ring.size] = tail
 
 
 def columns_matrix(cols: Columns) -> np.ndarray:

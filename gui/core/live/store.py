@@ -12,11 +12,10 @@ the time-bucket ring with its merging (``ringscope.gui.core.live.time_buckets``)
 (``ringscope.gui.core.live.step_columns``), and the GPU / host rings (``ringscope.gui.core.live.device_series``). The
 ``Snapshot`` type and the heuristics that build it from the store's copy live in ``ringscope.gui.core.live.snapshot``.
 Per frame the store copies O(ranks x buckets) numpy arrays under its lock and rebuilds only the GPU / host series that
-received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap. Steps are the
-bulk of what arrives (10 000 a second at 1 024 ranks x 10 steps/s): the collector thread only hands them over, as a
-list, and the next reader (a frame, the analysis, at the latest every ``PENDING_STEPS``) takes them into the rings
-in one vectorized pass; a new agent's Hello or a "finished" event takes them first, so no rank's state is seen out
-of order.
+received a sample since the previous frame (copy-on-change), so a frame with 1024 ranks stays cheap. Steps (10 000 a
+second at 1 024 ranks x 10 steps/s) are only handed over by the collector thread, as a list: the next reader (a
+frame, the analysis; at the latest every ``PENDING_STEPS``) takes them into the rings in one vectorized pass, and a
+new agent's Hello or a "finished" event takes them first, so no rank's state is seen out of order.
 
 What it must never do: import Qt, block the collector for long, grow without bound, or raise out of a sink method
 (``on_batch`` / ``on_gap`` / ``on_rejection`` run on the collector thread; a bad record is counted, not fatal).
@@ -37,7 +36,6 @@ import numpy as np
 
 from ringscope.agent.schema import Event, EventKind, GpuSample, Health, Hello, HostSample, Step
 from ringscope.agent.wire import Batch
-from ringscope.gui.core.analysis.summary import phase_seconds
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 from ringscope.gui.core.ingest.transit import TransitTracker
 from ringscope.gui.core.live.device_series import SESSION_GPU_READINGS, SESSION_GPU_READINGS_MIN, DeviceSeries
@@ -58,11 +56,14 @@ from ringscope.gui.core.live.snapshot import (
 from ringscope.gui.core.live.step_columns import (
     COLUMN,
     PHASE_TOTALS,
-    RECENT_FIELDS,
+    add_phase_totals,
     columns_matrix,
+    empty_recent,
+    grown_recent,
     health_columns,
+    into_ring,
+    pending_matrix,
     recent_columns,
-    step_matrix,
     take_recent,
 )
 from ringscope.gui.core.live.time_buckets import HEAT, TimeBuckets
@@ -126,8 +127,9 @@ class LiveStore:
         self._cap = 0
         self._rows = 0
         self._rank_arr = np.zeros(0, np.int64)
-        self._rank: dict[str, np.ndarray] = {}
-        self._recent: dict[str, np.ndarray] = {}
+        self._rank = {name: np.full(0, np.nan)
+                      for name in ("last_seen_s", "current_step", "finished", "count", "samples")}
+        self._recent = empty_recent(recent_steps)  # slot-major rings of recent steps (step_columns)
         self._rank_hosts: list[str] = []
         self._buckets = TimeBuckets(buckets, bucket_s)
         self._heat_pool = HeatPool(HEAT, buckets)
@@ -388,20 +390,9 @@ class LiveStore:
         if not pending:
             return
         self._pending = []
-        try:
-            matrix = step_matrix([step for _, step in pending])
-        except (TypeError, ValueError):  # a hand-made record (decoded ones cannot): it alone is lost, and counted
-            good = []
-            for item in pending:
-                try:
-                    step_matrix([item[1]])
-                    good.append(item)
-                except (TypeError, ValueError):
-                    self._counters["bad_records"] += 1
-                    log.debug("store: could not take %r", item[1], exc_info=True)
-            pending = good
-            matrix = step_matrix([step for _, step in pending])
-        self._take_steps(matrix, [agent for agent, _ in pending])
+        matrix, agents, bad = pending_matrix(pending)
+        self._counters["bad_records"] += bad
+        self._take_steps(matrix, agents)
 
     def _take_steps(self, steps: np.ndarray, agents: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
         """Steps (a step matrix, arrival order; ``agents``: who sent each, None for a recording's) into the rings,
@@ -440,18 +431,13 @@ class LiveStore:
         if count == 0:
             return ranks, end
         take_recent(self._recent, self._rank, rows, steps)
-        ring = self._end_ring
-        tail = end[-ring.size:]
-        ring[(self._steps_total + count - tail.size + np.arange(tail.size)) % ring.size] = tail
+        into_ring(self._end_ring, self._steps_total, end)
         self._steps_total += count
+        latest = add_phase_totals(self._phase_totals, steps)
+        if latest == latest and not latest <= self._latest_end_s:  # NaN: no finite end among them
+            self._latest_end_s = latest
         cols = {name: steps[:, i] for name, i in COLUMN.items()}
-        for phase, seconds in phase_seconds(cols).items():
-            self._phase_totals[phase] += float(seconds.sum())
-        finite = end[np.isfinite(end)]
-        if finite.size and not finite.max() <= self._latest_end_s:
-            self._latest_end_s = float(finite.max())
-        # start-up data waits stay out of the steady-state pictures
-        steady = ~(cols["first_batch"] > 0) & np.isfinite(end)
+        steady = ~(cols["first_batch"] > 0) & np.isfinite(end)  # start-up data waits stay out of the pictures
         self._counters["late_steps"] += self._buckets.load(rows[steady], end[steady],
                                                            {name: column[steady] for name, column in cols.items()})
         return ranks, end
@@ -485,33 +471,18 @@ class LiveStore:
     def _grow(self, cap: int) -> None:
         """Room for ``cap`` rank rows. The large per-row arrays (recent steps, time buckets) are only reserved:
         zeroed memory that the kernel maps when first written, so growing costs a copy of what is in use, and a hello
-        can size the store for its whole announced run. The recent-step rings are slot-major (slot k of every rank
-        contiguous; a slot past a rank's ``count`` holds nothing and is never read): the first steps of 8 192 ranks
-        map one slot's pages, not all 84 MB of rings as rank-major rows did."""
+        can size the store for its whole announced run."""
         def grown(array: np.ndarray, fill: float) -> np.ndarray:
             out = np.full((cap, *array.shape[1:]), fill, dtype=array.dtype)
             out[: array.shape[0]] = array
             return out
 
         rows = self._rows
-        slots = min(self._R, int(self._rank["count"][:rows].max())) if rows else 0  # slots any rank has filled
-
-        def reserved(array: np.ndarray) -> np.ndarray:  # slot-major
-            out = np.zeros((self._R, cap), dtype=array.dtype)
-            out[:slots, :rows] = array[:slots, :rows]
-            return out
-
-        if self._cap == 0:
-            self._rank = {name: np.full(0, np.nan) for name in ("last_seen_s", "current_step", "finished", "count",
-                                                                 "samples")}
-            self._recent = {name: np.zeros((self._R, 0), np.float32) for name in RECENT_FIELDS}
-            self._recent["step"] = np.zeros((self._R, 0), np.int64)
-            self._recent["end_s"] = np.zeros((self._R, 0))
-            self._recent["first_batch"] = np.zeros((self._R, 0), bool)
+        filled = min(self._R, int(self._rank["count"][:rows].max())) if rows else 0  # slots any rank has filled
+        self._recent = grown_recent(self._recent, cap, rows, filled)
         self._rank_arr = grown(self._rank_arr, 0)
         self._rank = {name: grown(a, 0.0 if name in ("finished", "count") else np.nan) for name, a in
                       self._rank.items()}
-        self._recent = {name: reserved(a) for name, a in self._recent.items()}
         self._buckets.grow(cap)
         self._rank_hosts.extend(["?"] * (cap - len(self._rank_hosts)))
         self._cap = cap
