@@ -86,12 +86,12 @@ def _fits(step: Step) -> bool:
         return False
 
 
-def add_phase_totals(totals: dict[str, float], steps: np.ndarray) -> float:
-    """Each phase's seconds over these steps (a step matrix) added to ``totals``, split as ``phase_seconds`` splits
-    them; returns their latest finite end (NaN: none)."""
-    for phase, seconds in phase_seconds({name: steps[:, i] for name, i in COLUMN.items()}).items():
+def add_phase_totals(totals: dict[str, float], steps: Columns) -> float:
+    """Each phase's seconds over these steps added to ``totals``, split as ``phase_seconds`` splits them; returns
+    their latest finite end (NaN: none)."""
+    for phase, seconds in phase_seconds(steps).items():
         totals[phase] += float(seconds.sum())
-    end = steps[:, COLUMN["end_s"]]
+    end = steps["end_s"]
     finite = end[np.isfinite(end)]
     return float(finite.max()) if finite.size else math.nan
 
