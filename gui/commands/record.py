@@ -21,6 +21,7 @@ from ringscope.gui.commands._metrics import add_metrics_arguments, start_metrics
 from ringscope.gui.commands.keys import add_secure_arguments, secure_keys
 from ringscope.gui.core.analysis.hang import MIN_THRESHOLD_S
 from ringscope.gui.core.analysis.runs import LOST_TIMEOUT_S, STATE_TEXT
+from ringscope.gui.core.ingest import gc_policy
 from ringscope.gui.core.ingest.collector import DEFAULT_BIND, Collector, CollectorError
 from ringscope.gui.core.ingest.recorder import QUEUE_CAPACITY_BYTES, Recorder
 from ringscope.gui.core.live.runs import LiveRuns
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     keys, code = secure_keys(args, "record")
     if code:
         return code
+    gc_policy.tune_for_ingest()  # this process only receives telemetry from here on
     recorder = Recorder(args.out, meta={"command": shlex.join(sys.argv)}, queue_capacity_bytes=args.queue_mb << 20)
     # the live runs: a second sink next to the recorder, for run states (lost, hung, finished) and the metrics
     # Headless: the stores keep what states, hangs and metrics need (recent steps per rank), not the window's

@@ -42,7 +42,7 @@ import zmq
 from ringscope.agent import wire
 from ringscope.agent.control import AttemptNote
 from ringscope.agent.schema import Event
-from ringscope.gui.core.ingest import session_schema
+from ringscope.gui.core.ingest import gc_policy, session_schema
 from ringscope.gui.core.ingest.recorder import CLOSE_STALL_S, Recorder
 from ringscope.gui.core.ingest.sink import Gap, Rejection
 
@@ -509,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m ringscope.gui.core.ingest.recorder_process SETUP_JSON`` (started by ``RecorderProcess``)."""
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.WARNING, format="ringscope recorder: %(levelname)s %(name)s: %(message)s")
+    gc_policy.tune_for_ingest()
     return serve(json.loads(args[0]))
 
 
