@@ -66,6 +66,7 @@ from ringscope.agent.schema import (
     schema_version_str,
 )
 from ringscope.agent.simulate import COMPUTE_SHARE, DATA_SHARE, JITTER_SHARE, OTHER_SHARE, OVERLAP_SHARE, TAIL_SHARE
+from ringscope.gui.core.ingest import gc_policy
 from ringscope.gui.core.ingest.recorder import Recorder
 from ringscope.gui.core.live.runs import LiveRuns
 
@@ -408,6 +409,7 @@ def _gpu_series_mb(snapshots: deque[Any]) -> float:
 
 def _feed(scenario: Scenario) -> dict[str, Any]:
     """The measured run, with the agents' process feeding it; what ``_rows`` reports."""
+    gc_policy.tune_for_ingest()  # collect as the ingest process does
     baseline = _memory_mb()["VmRSS"]  # everything imported, no state yet
     t0 = float(int(time.time()) - scenario.duration_s)  # the simulated run ends about now
     agents = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_memory", "--agents",
