@@ -24,7 +24,8 @@ import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -109,6 +110,8 @@ class Recorder:
         self._last_write_error: str | None = None
         self._last_error_log = -_LOG_EVERY_S
         self._marked = -1  # the newest mark whose items before it are all committed (``mark``)
+        self.marks_stream: str | None = None  # set by a recorder process: its marks are kept in the file too
+        self._mark_with: int | None = None  # ``marking``
         self._closed = False
         self._converters = {kind: session_schema.row_converter(kind) for kind in FIELDS}
 
@@ -174,6 +177,15 @@ class Recorder:
         """Queue a mark (never dropped): ``marked`` is ``token`` once all queued before it is committed (or counted
         as dropped or unwritable): what a ``recorder_process`` parent may forget."""
         self._queue.append(("mark", token, 0.0, 0))
+
+    @contextmanager
+    def marking(self, token: int) -> Iterator[None]:
+        """Each item queued inside is followed by ``mark(token)``, committed in the same transaction as it."""
+        self._mark_with = token
+        try:
+            yield
+        finally:
+            self._mark_with = None
 
     @property
     def marked(self) -> int:
@@ -302,28 +314,32 @@ class Recorder:
         if queued + cost > self._capacity or self._closed:
             return False
         self._enqueued_bytes += cost
-        self._queue.append((what, payload, ts_s, cost))
+        self._put((what, payload, ts_s, cost))
         if queued + cost >= FLUSH_BYTES:
             self._wake.set()
         return True
+
+    def _put(self, item: tuple[str, Any, float, int]) -> None:
+        token = self._mark_with  # one extend (a C call): the writer takes the item and its mark, or neither
+        self._queue.extend((item,) if token is None else (item, ("mark", token, 0.0, 0)))
 
     # ---- Run lifecycle (GUI thread) ------------------------------------------------------------------------------
 
     def note_launch(self, run_id: str, state: str, exit_code: int | None, ts_s: float, detail: str = "") -> None:
         """Record how a run the window launched ended (stopped / failed / finished): agents cannot say it."""
-        self._queue.append(("launch", (run_id, state, exit_code, ts_s, detail), ts_s, 0))
+        self._put(("launch", (run_id, state, exit_code, ts_s, detail), ts_s, 0))
         self._wake.set()
 
     def on_attempt(self, run_id: str, note: AttemptNote) -> None:
         """Record a restart supervisor's word on an attempt of a run (collector thread; ``IngestSink`` hook)."""
-        self._queue.append(("attempt", (run_id, note.attempt, note.event, note.ts_s, note.reason, note.exit_code,
-                                        note.detail), note.ts_s, 0))
+        self._put(("attempt", (run_id, note.attempt, note.event, note.ts_s, note.reason, note.exit_code, note.detail),
+                   note.ts_s, 0))
         self._wake.set()
 
     def note_event(self, agent_id: str, event: Event) -> None:
         """Record an event the app observed about an agent's run (a hang): stored as if that agent had sent it, so
         it belongs to the agent's run, without touching the agent's message counts and sequence numbers."""
-        self._queue.append(("event", (agent_id, event), event.ts_s, 0))
+        self._put(("event", (agent_id, event), event.ts_s, 0))
         self._wake.set()
 
     # ---- Writer thread -------------------------------------------------------------------------------------------
@@ -393,6 +409,9 @@ class Recorder:
             elif what == "rejection":  # a "mark" is only counted when its batch of items is done
                 tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
         tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
+        marks = [payload for what, payload, _, _ in items if what == "mark"]
+        if marks and self.marks_stream is not None:  # what a process continuing this file may skip when sent again
+            tables["meta"] = [(session_schema.REPLAY_MARK, json.dumps([self.marks_stream, max(marks)]))]
         self._transit_due |= touched
         # every 2 s, and at once for an agent's first messages: a process that replaces a crashed one registers
         # the agents of a running run from their row (clock offset), so no rank waits for its next Hello
@@ -524,9 +543,6 @@ class Recorder:
                                    [*self._meta_counters(), ("closed_s", repr(time.time()))])
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         log.debug("indexes built in %.2f s", time.monotonic() - started)
-
-
-# ---- Helpers -----------------------------------------------------------------------------------------------------
 
 
 def _records_in(items: list[tuple[str, Any, float, int]]) -> int:

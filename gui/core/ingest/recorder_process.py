@@ -18,6 +18,7 @@ on smaller machines; ``RINGSCOPE_RECORDER_PROCESS=1`` / ``0`` decides instead.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -25,12 +26,14 @@ import os
 import pickle
 import shutil
 import signal
+import sqlite3
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,6 +110,7 @@ class RecorderProcess:
         self._capacity = replay_capacity_bytes
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._folder = Path(tempfile.mkdtemp(prefix="ringscope-recorder-"))
+        self._stream = uuid.uuid4().hex  # names this parent's items in the file's replay mark
         self._reports = self._context.socket(zmq.PULL)
         self._reports.linger = 0
         self._reports_endpoint = f"ipc://{self._folder}/reports"
@@ -279,7 +283,7 @@ class RecorderProcess:
         endpoint = f"ipc://{self._folder}/items-{self._children}"
         setup = {"path": str(self.path), "meta": self._meta, "reason": reason, "items": endpoint,
                  "reports": self._reports_endpoint, "lock_wait_s": self._lock_wait_s,
-                 "nice": NICE}
+                 "nice": NICE, "stream": self._stream}
         self._children += 1
         self._rows_before += int(self._figures["rows_written"])
         self._figures["rows_written"] = 0
@@ -426,6 +430,8 @@ def serve(setup: dict[str, Any]) -> int:
         reports.close()
         return 2
     held = dict(recorder.committed_seqs())  # a batch sent again that the file already holds is not written twice
+    recorder.marks_stream = str(setup["stream"])
+    through = _replay_mark(path, recorder.marks_stream)  # and nothing else up to this item sent again either
     sent: dict[str, int] = {}
 
     def report(kind: str) -> None:
@@ -451,7 +457,7 @@ def serve(setup: dict[str, Any]) -> int:
                     closing = True
                     break
                 number, ts_s = _HEADER.unpack(frames[1])
-                _take(recorder, frames[0], frames[2], ts_s, held)
+                _take(recorder, frames[0], frames[2], ts_s, held, number, through)
             recorder.mark(number)
         if os.getppid() != parent:  # the parent died: write what came, close the file
             log.warning("the ingest process is gone: closing %s with what it sent", path)
@@ -471,8 +477,11 @@ def serve(setup: dict[str, Any]) -> int:
     return 0
 
 
-def _take(recorder: Recorder, kind: bytes, payload: bytes, ts_s: float, held: dict[str, int]) -> None:
-    """One forwarded item into the recorder (decoded here: the parent checked it already)."""
+def _take(recorder: Recorder, kind: bytes, payload: bytes, ts_s: float, held: dict[str, int], number: int,
+          through: int) -> None:
+    """One forwarded item into the recorder (decoded here: the parent checked it already). Items other than batches
+    (gaps, rejections, launch notes, events) are each committed with their own mark, so one that the child this one
+    replaces committed (``number <= through``) is not written twice."""
     if kind == _BATCH:
         try:
             batch = wire.decode(payload)
@@ -483,8 +492,22 @@ def _take(recorder: Recorder, kind: bytes, payload: bytes, ts_s: float, held: di
             return  # committed by the child this one replaces, after its last report
         recorder.on_batch(batch, ts_s)
         return
+    if number <= through:
+        return
     method, args = pickle.loads(payload)  # from our own parent only: a private socket in a private folder
-    getattr(recorder, method)(*args)
+    with recorder.marking(number):
+        getattr(recorder, method)(*args)
+
+
+def _replay_mark(path: Path, stream: str) -> int:
+    """The newest item of parent ``stream`` whose items are all in the file (``session_schema.REPLAY_MARK``), or -1."""
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        row = connection.execute("SELECT value FROM meta WHERE key = ?", (session_schema.REPLAY_MARK,)).fetchone()
+    try:
+        mark = json.loads(row[0]) if row else None
+        return int(mark[1]) if isinstance(mark, list) and len(mark) == 2 and mark[0] == stream else -1
+    except (ValueError, TypeError):  # not written by this version: skip nothing
+        return -1
 
 
 def _lock(path: Path, *, wait_s: float) -> Any:

@@ -28,6 +28,8 @@ from ringscope.agent import wire
 from ringscope.agent.schema import FIELDS, SCHEMA_VERSION, Record, schema_version_str
 
 FORMAT_NAME: Final[str] = "ringscope-session"
+REPLAY_MARK: Final[str] = "replay_mark"
+"""``meta`` key: ``[stream, n]``, every item up to ``n`` that recorder-process parent ``stream`` sent is committed."""
 """``meta.format`` of every session file."""
 RINGSCOPE_VERSION: Final[str] = "0.1.0"
 """``meta.ringscope_version``: the version of the recorder that created the file."""

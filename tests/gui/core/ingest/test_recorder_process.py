@@ -89,6 +89,44 @@ def test_a_killed_recorder_process_is_replaced_and_every_record_is_in_the_file_o
     assert len(segments) == 3 and "exit code -9" in segments[2]["reason"]
 
 
+def _rows(path: Path, table: str) -> int:
+    try:
+        with sqlite3.connect(path, timeout=0.1) as connection:
+            return int(connection.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    except sqlite3.OperationalError:  # the writer holds the lock for a moment
+        return -1
+
+
+def test_a_gap_or_launch_note_committed_just_before_the_child_dies_is_in_the_file_once(tmp_path: Path) -> None:
+    # The child reports what it committed every 0.1 s. Killed right after committing a gap and a launch note, before
+    # reporting them, it leaves both in its parent's replay buffer: they are sent to the new child again, which must
+    # see from the file that they are there already (batches are matched by sequence number; these have none).
+    path = tmp_path / "s.db"
+    recorder = RecorderProcess(path).start()
+    recorder.on_batch(_batch("a", 0, _hello("a")), 5.0)
+    kills = 4
+    for round_ in range(kills):
+        recorder.on_gap(Gap("a", 100 * round_, 100 * round_ + 3, 12.0 + round_))
+        recorder.note_launch(f"run-{round_}", "stopped", 1, 13.0 + round_, "stopped from the window")
+        pid = recorder.pid
+        assert pid is not None
+        deadline = time.monotonic() + 20
+        while _rows(path, "launches") < round_ + 1:  # committed, as any reader of the file sees it
+            assert time.monotonic() < deadline, "the child never committed the launch note"
+            time.sleep(0.002)
+        os.kill(pid, signal.SIGKILL)  # within ~2 ms of the commit: before the child's next report, nearly always
+        assert wait_for(lambda old=pid: recorder.pid not in (None, old) and recorder.committed_seqs().get("a") == 0)
+    recorder.close()
+    assert _rows(path, "gaps") == kills and _rows(path, "launches") == kills  # none twice
+    data = load(path)
+    assert data.counters["gaps"] == kills and data.counters["missing_messages"] == 3 * kills
+    with sqlite3.connect(path) as connection:
+        assert [run for (run,) in connection.execute("SELECT run_id FROM launches ORDER BY rowid")] == [
+            f"run-{i}" for i in range(kills)]
+        segments = json.loads(dict(connection.execute("SELECT key, value FROM meta"))["segments"])
+    assert len(segments) == 1 + kills and recorder.write_errors == 0
+
+
 def test_a_sigterm_to_the_whole_group_leaves_the_recording_to_its_ingest_process(tmp_path: Path) -> None:
     """GNU timeout, job control and systemd signal every process; the ingest process closes the recorder after
     the window's orderly close, so the recorder must still be writing then."""
