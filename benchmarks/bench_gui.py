@@ -54,7 +54,7 @@ def run(quick: bool = False, ranks: int | None = None, rate: float | None = None
     name = "gui" if (ranks, rate) == (default_ranks, 10.0) else f"gui {ranks}x{rate:g}"
     name += " recorded" if record else ""
     name += " (recorder process)" if record and recorder_process_wanted() else ""
-    target_fps, target_p99 = LARGE_TARGETS if ranks >= LARGE_RANKS else (TARGET_FPS, TARGET_P99_MS)
+    target_fps, target_p99 = _targets(ranks)
     per_run = [[{**row, "benchmark": name} for row in _measure_in_new_process(ranks, seconds, rate, record)]
                for _ in range(runs)]
     if runs == 1:
@@ -72,6 +72,11 @@ def run(quick: bool = False, ranks: int | None = None, rate: float | None = None
         "note": f"runs with >= {target_fps:.0f} frames/s and p99 <= {target_p99:.0f} ms (target {runs} of {runs}); "
         f"frames/s {', '.join(f'{v:.1f}' for v in fps)}; p99 ms {', '.join(f'{v:.0f}' for v in p99)}"})
     return rows
+
+
+def _targets(ranks: int) -> tuple[float, float]:
+    """Frames/s and p99 latency (ms) targets for ``ranks``."""
+    return LARGE_TARGETS if ranks >= LARGE_RANKS else (TARGET_FPS, TARGET_P99_MS)
 
 
 def _measure_in_new_process(ranks: int, seconds: float, rate: float, record: bool = False) -> list[dict]:
@@ -222,7 +227,7 @@ def _measure(ranks: int, seconds: float, rate: float = 10.0, record: bool = Fals
     served = ticks["served"] / elapsed  # timer ticks served: the refresh rate the user gets
     fps = seen["frames"] / elapsed  # ticks that had new data to draw (agents send in bursts, once per step)
     note = f"{ranks_seen}/{ranks} ranks at {rate:g} steps/s, {seconds:.0f} s, offscreen 1600x1000"
-    target_fps, target_p99 = LARGE_TARGETS if ranks >= LARGE_RANKS else (TARGET_FPS, TARGET_P99_MS)
+    target_fps, target_p99 = _targets(ranks)
     rows = [
         {"benchmark": "gui", "metric": "refresh_rate", "value": served, "unit": "frames/s",
          "note": note + f" (target >= {target_fps:.0f}; timer ticks served: each asks for a frame, drawn when it "

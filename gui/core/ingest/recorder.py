@@ -24,8 +24,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -110,8 +109,9 @@ class Recorder:
         self._last_write_error: str | None = None
         self._last_error_log = -_LOG_EVERY_S
         self._marked = -1  # the newest mark whose items before it are all committed (``mark``)
-        self.marks_stream: str | None = None  # set by a recorder process: its marks are kept in the file too
-        self._mark_with: int | None = None  # ``marking``
+        self._marks_stream: str | None = None  # ``resume_marks``: a recorder process's marks are kept in the file
+        self.mark_next: int | None = None  # set by a recorder process: the next item queued is followed by mark(it)
+        self._resumed_meta: Mapping[str, str] = {}  # the meta of the file ``reopen`` continues
         self._closed = False
         self._converters = {kind: session_schema.row_converter(kind) for kind in FIELDS}
 
@@ -178,14 +178,11 @@ class Recorder:
         as dropped or unwritable): what a ``recorder_process`` parent may forget."""
         self._queue.append(("mark", token, 0.0, 0))
 
-    @contextmanager
-    def marking(self, token: int) -> Iterator[None]:
-        """Each item queued inside is followed by ``mark(token)``, committed in the same transaction as it."""
-        self._mark_with = token
-        try:
-            yield
-        finally:
-            self._mark_with = None
+    def resume_marks(self, stream: str) -> int:
+        """Keep the newest mark of recorder-process parent ``stream`` in the file with each commit from now on;
+        returns the one the file holds for it (every item up to it is committed), or -1."""
+        self._marks_stream = stream
+        return session_schema.replay_mark(self._resumed_meta, stream)
 
     @property
     def marked(self) -> int:
@@ -258,6 +255,7 @@ class Recorder:
     def _resume_from(self, connection: sqlite3.Connection) -> list[dict[str, Any]]:
         """Take over what the file's previous writer counted (``reopen``); returns the file's segments so far."""
         meta = {str(k): str(v) for k, v in connection.execute("SELECT key, value FROM meta")}
+        self._resumed_meta = meta
         if meta.get("format") != session_schema.FORMAT_NAME or meta.get("schema_major") != str(SCHEMA_VERSION[0]):
             raise ValueError(f"it is not a session of schema {SCHEMA_VERSION[0]}.x (format {meta.get('format')!r}, "
                              f"schema {meta.get('schema_version')!r}); record into a new file")
@@ -320,7 +318,7 @@ class Recorder:
         return True
 
     def _put(self, item: tuple[str, Any, float, int]) -> None:
-        token = self._mark_with  # one extend (a C call): the writer takes the item and its mark, or neither
+        token, self.mark_next = self.mark_next, None  # one extend (a C call): the writer takes both or neither
         self._queue.extend((item,) if token is None else (item, ("mark", token, 0.0, 0)))
 
     # ---- Run lifecycle (GUI thread) ------------------------------------------------------------------------------
@@ -370,20 +368,22 @@ class Recorder:
         if not items:
             return
         self._in_flight_records = _records_in(items)
+        newest_mark = max((item[1] for item in items if item[0] == "mark"), default=None)
         try:
-            self._write_items(connection, items)
+            self._write_items(connection, items, newest_mark)
         finally:
             # Released only now: until written, the items are still in memory (the budget bounds both together).
             self._dequeued_bytes += sum(item[3] for item in items)
             self._in_flight_records = 0
-            self._marked = max((item[1] for item in items if item[0] == "mark"), default=self._marked)
+            self._marked = self._marked if newest_mark is None else newest_mark
 
     def _on_progress(self) -> int:
         """SQLite's progress handler (every ``_PROGRESS_OPS`` VM steps): ``close`` sees a long write move."""
         self._progress += 1
         return 0
 
-    def _write_items(self, connection: sqlite3.Connection, items: list[tuple[str, Any, float, int]]) -> None:
+    def _write_items(self, connection: sqlite3.Connection, items: list[tuple[str, Any, float, int]],
+                     newest_mark: int | None) -> None:
         rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in FIELDS}
         tables: dict[str, list[tuple[Any, ...]]] = {"gaps": [], "rejections": [], "launches": [], "attempts": []}
         counts = self._counts
@@ -409,9 +409,8 @@ class Recorder:
             elif what == "rejection":  # a "mark" is only counted when its batch of items is done
                 tables["rejections"].append((payload.reason, payload.detail, ts, payload.size_bytes))
         tables["sequences"] = [(agent_id, *self._sequences[agent_id]) for agent_id in touched]
-        marks = [payload for what, payload, _, _ in items if what == "mark"]
-        if marks and self.marks_stream is not None:  # what a process continuing this file may skip when sent again
-            tables["meta"] = [(session_schema.REPLAY_MARK, json.dumps([self.marks_stream, max(marks)]))]
+        if newest_mark is not None and self._marks_stream is not None:  # what a process continuing it may skip
+            tables["meta"] = [(session_schema.REPLAY_MARK, json.dumps([self._marks_stream, newest_mark]))]
         self._transit_due |= touched
         # every 2 s, and at once for an agent's first messages: a process that replaces a crashed one registers
         # the agents of a running run from their row (clock offset), so no rank waits for its next Hello

@@ -18,7 +18,6 @@ on smaller machines; ``RINGSCOPE_RECORDER_PROCESS=1`` / ``0`` decides instead.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import logging
@@ -26,7 +25,6 @@ import os
 import pickle
 import shutil
 import signal
-import sqlite3
 import struct
 import subprocess
 import sys
@@ -430,8 +428,7 @@ def serve(setup: dict[str, Any]) -> int:
         reports.close()
         return 2
     held = dict(recorder.committed_seqs())  # a batch sent again that the file already holds is not written twice
-    recorder.marks_stream = str(setup["stream"])
-    through = _replay_mark(path, recorder.marks_stream)  # and nothing else up to this item sent again either
+    through = recorder.resume_marks(str(setup["stream"]))  # nor anything else up to this item sent again
     sent: dict[str, int] = {}
 
     def report(kind: str) -> None:
@@ -495,19 +492,9 @@ def _take(recorder: Recorder, kind: bytes, payload: bytes, ts_s: float, held: di
     if number <= through:
         return
     method, args = pickle.loads(payload)  # from our own parent only: a private socket in a private folder
-    with recorder.marking(number):
-        getattr(recorder, method)(*args)
-
-
-def _replay_mark(path: Path, stream: str) -> int:
-    """The newest item of parent ``stream`` whose items are all in the file (``session_schema.REPLAY_MARK``), or -1."""
-    with contextlib.closing(sqlite3.connect(path)) as connection:
-        row = connection.execute("SELECT value FROM meta WHERE key = ?", (session_schema.REPLAY_MARK,)).fetchone()
-    try:
-        mark = json.loads(row[0]) if row else None
-        return int(mark[1]) if isinstance(mark, list) and len(mark) == 2 and mark[0] == stream else -1
-    except (ValueError, TypeError):  # not written by this version: skip nothing
-        return -1
+    recorder.mark_next = number  # what this call queues is committed together with its number (Recorder._put)
+    getattr(recorder, method)(*args)
+    recorder.mark_next = None  # a call that queued nothing (a rejection past the stored ones) leaves none pending
 
 
 def _lock(path: Path, *, wait_s: float) -> Any:

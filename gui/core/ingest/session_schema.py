@@ -28,9 +28,9 @@ from ringscope.agent import wire
 from ringscope.agent.schema import FIELDS, SCHEMA_VERSION, Record, schema_version_str
 
 FORMAT_NAME: Final[str] = "ringscope-session"
+"""``meta.format`` of every session file."""
 REPLAY_MARK: Final[str] = "replay_mark"
 """``meta`` key: ``[stream, n]``, every item up to ``n`` that recorder-process parent ``stream`` sent is committed."""
-"""``meta.format`` of every session file."""
 RINGSCOPE_VERSION: Final[str] = "0.1.0"
 """``meta.ringscope_version``: the version of the recorder that created the file."""
 
@@ -144,6 +144,12 @@ def meta_int(meta: Mapping[str, str], key: str) -> int:
         return int(meta.get(key, "0"))
     except ValueError:
         return 0
+
+
+def replay_mark(meta: Mapping[str, str], stream: str) -> int:
+    """The item number of ``REPLAY_MARK`` if recorder-process parent ``stream`` wrote it, else -1."""
+    mark = meta_json(meta, REPLAY_MARK, [])
+    return mark[1] if len(mark) == 2 and mark[0] == stream and type(mark[1]) is int else -1
 
 
 def meta_json(meta: Mapping[str, str], key: str, default: Any) -> Any:
